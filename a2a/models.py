@@ -1,0 +1,90 @@
+import hashlib
+import hmac
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+from agents.models import Agent
+
+KEY_PREFIX = "mcpk_"
+
+
+def hash_key(raw_key):
+    # Keys carry 256 bits of randomness, so a fast hash is enough (no password stretching).
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+class PartnerKey(models.Model):
+    """An external agent's API key. Only its SHA-256 is stored; the key is shown once."""
+
+    agent = models.ForeignKey(
+        Agent,
+        on_delete=models.CASCADE,
+        related_name="partner_keys",
+        limit_choices_to={"kind": Agent.Kind.EXTERNAL},
+    )
+    name = models.CharField(max_length=100, help_text="What the key is for, e.g. 'production'.")
+    prefix = models.CharField(
+        max_length=16, unique=True, editable=False, help_text="The key's first characters."
+    )
+    key_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.agent.agent_id}, {self.name})"
+
+    @classmethod
+    def issue(cls, agent, name, expires_at=None):
+        """Create a key for `agent`; returns (PartnerKey, raw key). The raw key is never stored."""
+        raw = KEY_PREFIX + secrets.token_urlsafe(32)
+        key = cls.objects.create(
+            agent=agent,
+            name=name,
+            prefix=raw[: len(KEY_PREFIX) + 8],
+            key_hash=hash_key(raw),
+            expires_at=expires_at,
+        )
+        return key, raw
+
+    @classmethod
+    def authenticate(cls, raw_key):
+        """The live key matching `raw_key`, or None (unknown, revoked, expired)."""
+        if not raw_key or not raw_key.startswith(KEY_PREFIX):
+            return None
+        key = (
+            cls.objects.select_related("agent")
+            .filter(prefix=raw_key[: len(KEY_PREFIX) + 8])
+            .first()
+        )
+        if key is None or not hmac.compare_digest(key.key_hash, hash_key(raw_key)):
+            return None
+        if not key.is_active:
+            return None
+        cls.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+        return key
+
+    @property
+    def is_active(self):
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+    @property
+    def state(self):
+        if self.revoked_at is not None:
+            return "revoked"
+        if not self.is_active:
+            return "expired"
+        return "active"
+
+    def revoke(self):
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])

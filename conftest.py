@@ -1,0 +1,34 @@
+"""Test-wide set-up: the `services` gate (real PostgreSQL + Redis) and shared fixtures."""
+
+import os
+
+import pytest
+
+SERVICES_HINT = (
+    "needs PostgreSQL and Redis: set DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_host "
+    "and REDIS_URL=redis://127.0.0.1:6379/0 (as .ci/run does)"
+)
+
+
+def services_available():
+    from django.conf import settings
+
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql") and not settings.EMBEDDED
+
+
+def pytest_collection_modifyitems(config, items):
+    if services_available():
+        return
+    marked = [item for item in items if item.get_closest_marker("services")]
+    if marked and os.environ.get("CI"):
+        raise pytest.UsageError(f"CI must run every test, but {len(marked)} {SERVICES_HINT}.")
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=SERVICES_HINT))
+
+
+def pytest_report_header(config):
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    broker = "memory (embedded)" if settings.EMBEDDED else "redis"
+    return f"mcplet-host: database={db}, broker={broker}"

@@ -1,0 +1,3 @@
+from mcplet_host.celery import app as celery_app
+
+__all__ = ("celery_app",)

@@ -1,0 +1,89 @@
+"""The audit trail's single entry point: `record()`, and the chain check behind verify_audit."""
+
+import json
+from dataclasses import dataclass
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+from django.utils import timezone
+
+from mcplet_host.models import GENESIS_HASH, AuditChainHead, AuditEvent
+
+EventType = AuditEvent.EventType
+ActorType = AuditEvent.ActorType
+
+SUCCESS = "SUCCESS"
+FAILURE = "FAILURE"
+BLOCKED = "BLOCKED"
+PENDING = "PENDING"
+
+
+def record(
+    event_type,
+    *,
+    actor_type=ActorType.SYSTEM,
+    actor_id="",
+    target_server="",
+    target_tool="",
+    result=SUCCESS,
+    trace_id="",
+    details=None,
+):
+    """Append one event to the chain, in its own transaction (or the caller's)."""
+    with transaction.atomic():
+        head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
+        event = AuditEvent(
+            seq=head.last_seq + 1,
+            timestamp=timezone.now(),
+            trace_id=trace_id or "",
+            event_type=str(event_type),
+            actor_type=str(actor_type),
+            actor_id=actor_id or "",
+            target_server=target_server or "",
+            target_tool=target_tool or "",
+            result=result,
+            # Stored as JSON, so hash what the database will give back.
+            details=json.loads(json.dumps(details or {}, cls=DjangoJSONEncoder)),
+            prev_hash=head.last_hash,
+        )
+        event.hash = event.compute_hash()
+        event.save()
+        head.last_seq, head.last_hash = event.seq, event.hash
+        head.save(update_fields=["last_seq", "last_hash"])
+    return event
+
+
+@dataclass
+class ChainBreak:
+    seq: int
+    reason: str
+
+    def __str__(self):
+        return f"audit chain broken at event #{self.seq}: {self.reason}"
+
+
+def verify_chain(chunk_size=2000):
+    """Return (events checked, first ChainBreak or None)."""
+    expected_prev, expected_seq, count = GENESIS_HASH, 1, 0
+    for event in AuditEvent.objects.order_by("seq").iterator(chunk_size=chunk_size):
+        if event.seq != expected_seq:
+            return count, ChainBreak(
+                expected_seq, f"event #{expected_seq} is missing (next found is #{event.seq})"
+            )
+        if event.prev_hash != expected_prev:
+            return count, ChainBreak(
+                event.seq,
+                "its link to the previous event does not match (a row was removed or replaced)",
+            )
+        if event.compute_hash() != event.hash:
+            return count, ChainBreak(
+                event.seq, "its content does not match its hash (the row was edited)"
+            )
+        expected_prev, expected_seq, count = event.hash, event.seq + 1, count + 1
+    head = AuditChainHead.objects.filter(pk=1).first()
+    if head and (head.last_seq != expected_seq - 1 or head.last_hash != expected_prev):
+        return count, ChainBreak(
+            head.last_seq,
+            "the newest events were removed (the chain head points past the last row)",
+        )
+    return count, None

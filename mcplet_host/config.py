@@ -1,0 +1,82 @@
+"""Typed access to the environment. Every error names the variable it is about."""
+
+import os
+from urllib.parse import urlparse
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+MISSING = object()
+
+
+def _raw(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        if default is MISSING:
+            raise ImproperlyConfigured(f"{name} is not set: set the environment variable {name}.")
+        return default
+    return value
+
+
+def env_str(name, default=MISSING):
+    return _raw(name, default)
+
+
+def env_bool(name, default=False):
+    value = _raw(name, default)
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean: use true or false.")
+
+
+def env_int(name, default=MISSING, minimum=None):
+    value = _raw(name, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer.") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} must be at least {minimum}.")
+    return number
+
+
+def env_list(name, default=MISSING):
+    value = _raw(name, default)
+    if isinstance(value, list):
+        return value
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_choice(name, choices, default=MISSING):
+    value = _raw(name, default)
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of: {', '.join(choices)}.")
+    return value
+
+
+def env_url(name, schemes, default=MISSING):
+    value = _raw(name, default)
+    if value is None:
+        return None
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not (parsed.netloc or parsed.path):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a valid URL: expected a {' or '.join(schemes)} URL."
+        )
+    return value
+
+
+def env_database(name, default):
+    value = _raw(name, default)
+    try:
+        config = dj_database_url.parse(value, conn_max_age=60, conn_health_checks=True)
+    except (ValueError, KeyError) as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a valid database URL: {exc}") from None
+    if not config.get("ENGINE"):
+        raise ImproperlyConfigured(f"{name}={value!r} is not a valid database URL.")
+    return config

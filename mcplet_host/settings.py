@@ -1,0 +1,196 @@
+"""Django settings for MCPlet Host, all from the environment (see README, "Configuration").
+
+Unset REDIS_URL means the embedded mode: Celery's in-memory broker, a local-memory cache and
+the in-memory channel layer, all inside one `runhost` process.
+"""
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+from dotenv import load_dotenv
+
+from mcplet_host.config import (
+    env_bool,
+    env_choice,
+    env_database,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("MCPLET_VAR_DIR", str(BASE_DIR / "var")))
+
+# A local .env (written by `make run`) never overrides the real environment.
+load_dotenv(BASE_DIR / ".env", override=False)
+
+SECRET_KEY = env_str("SECRET_KEY")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "channels",
+    "mcplet_host",
+    "pools",
+    "agents",
+    "a2a",
+    "passkey",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mcplet_host.urls"
+ASGI_APPLICATION = "mcplet_host.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'mcplet_host.sqlite3'}")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE transactions serialise writers instead of failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # also creates var/ for the SQLite default
+# Served by WhiteNoise from the app directories: no collectstatic step to forget.
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "admin:login"
+
+# --- Redis or embedded -----------------------------------------------------------------------
+
+REDIS_URL = env_url("REDIS_URL", ("redis", "rediss"), None)
+EMBEDDED = REDIS_URL is None
+
+if EMBEDDED:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CELERY_BROKER_URL = "memory://"
+    CELERY_RESULT_BACKEND = None
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "mcplet",
+        }
+    }
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "mcplet:channels"},
+        }
+    }
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_RESULT_BACKEND = REDIS_URL
+
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- LLM, passkeys, e-mail -------------------------------------------------------------------
+
+MCPLET_LLM_MODEL = env_str("MCPLET_LLM_MODEL", "scripted/reference")
+
+PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
+PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")
+PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), "http://localhost:8000")
+PASSKEY_RP_NAME = env_str("PASSKEY_RP_NAME", "MCPlet Host")
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+EMAIL_FILE_PATH = VAR_DIR / "mail"
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "mcplet-host@localhost")
+
+# --- DRF -------------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MCPlet Host API",
+    "VERSION": "0.1.0",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"LiteLLM": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+}
+
+_origin_host = urlparse(PASSKEY_ORIGIN).hostname or ""
+if not (_origin_host == PASSKEY_RP_ID or _origin_host.endswith("." + PASSKEY_RP_ID)):
+    raise ImproperlyConfigured(
+        f"PASSKEY_ORIGIN={PASSKEY_ORIGIN!r} does not match PASSKEY_RP_ID={PASSKEY_RP_ID!r}: "
+        "WebAuthn needs the origin's host to be the rpId or one of its subdomains."
+    )
+if PASSKEY_MODE == "https" and not PASSKEY_ORIGIN.startswith("https://"):
+    raise ImproperlyConfigured(
+        f"PASSKEY_ORIGIN={PASSKEY_ORIGIN!r} must be an https:// origin when PASSKEY_MODE=https."
+    )

@@ -1,0 +1,1 @@
+"""Small runnable MCPlet servers that show how the kit is used."""

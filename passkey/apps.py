@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PasskeyConfig(AppConfig):
+    name = "passkey"
+    verbose_name = "Passkey approvals"

@@ -1,0 +1,147 @@
+from django.contrib import admin
+from django.db.models import Count, Q
+from django.utils.html import format_html
+
+from pools.forms import McpServerForm
+from pools.models import Mcplet, McpServer, Pool
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "description",
+        "rate_limit_per_minute",
+        "allowlist",
+        "accepted_mcplets",
+        "agent_count",
+    ]
+    search_fields = ["name", "description"]
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                n_mcplets=Count(
+                    "mcplets", filter=Q(mcplets__status=Mcplet.Status.ACCEPTED), distinct=True
+                ),
+                n_agents=Count("agents", distinct=True),
+            )
+        )
+
+    @admin.display(description="domain allowlist")
+    def allowlist(self, obj):
+        return ", ".join(obj.domain_allowlist) or "any host"
+
+    @admin.display(description="accepted MCPlets", ordering="n_mcplets")
+    def accepted_mcplets(self, obj):
+        return obj.n_mcplets
+
+    @admin.display(description="agents granted", ordering="n_agents")
+    def agent_count(self, obj):
+        return obj.n_agents
+
+
+class McpletInline(admin.TabularInline):
+    model = Mcplet
+    fields = ["name", "mcplet_type", "pool_name", "visibility", "status", "rejection_reason"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    form = McpServerForm
+    list_display = [
+        "name",
+        "transport",
+        "endpoint",
+        "enabled",
+        "status_badge",
+        "last_discovery_at",
+        "last_error_short",
+    ]
+    list_filter = ["transport", "enabled", "status"]
+    search_fields = ["name", "url", "command"]
+    readonly_fields = ["status", "last_error", "last_discovery_at", "created_at"]
+    inlines = [McpletInline]
+    fieldsets = [
+        (None, {"fields": ["name", "transport", "enabled"]}),
+        ("stdio", {"fields": ["command", "args_line", "env"]}),
+        ("streamable HTTP", {"fields": ["url", "headers"]}),
+        (
+            "State (MGP §11.2 lifecycle)",
+            {"fields": ["status", "last_error", "last_discovery_at", "created_at"]},
+        ),
+    ]
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj):
+        colour = {"connected": "green", "error": "#ba2121"}.get(obj.status, "#666")
+        return format_html('<strong style="color:{}">{}</strong>', colour, obj.get_status_display())
+
+    @admin.display(description="last error")
+    def last_error_short(self, obj):
+        return (obj.last_error[:80] + "…") if len(obj.last_error) > 80 else obj.last_error
+
+
+class VisibilityFilter(admin.SimpleListFilter):
+    title = "visibility"
+    parameter_name = "visibility"
+
+    def lookups(self, request, model_admin):
+        return [("model", "model only"), ("app", "app only"), ("both", "model and app")]
+
+    def queryset(self, request, queryset):
+        surfaces = {
+            "model": {"model_visible": True, "app_visible": False},
+            "app": {"model_visible": False, "app_visible": True},
+            "both": {"model_visible": True, "app_visible": True},
+        }
+        if self.value() in surfaces:
+            return queryset.filter(**surfaces[self.value()])
+        return queryset
+
+
+@admin.register(Mcplet)
+class McpletAdmin(admin.ModelAdmin):
+    """Discovery results: read-only, they change only by discovering again."""
+
+    list_display = [
+        "name",
+        "server",
+        "mcplet_type",
+        "pool_name",
+        "visibility_list",
+        "auth",
+        "status",
+        "rejection_reason",
+    ]
+    list_filter = ["status", "mcplet_type", VisibilityFilter, "pool", "server", "auth_enforcement"]
+    search_fields = ["name", "title", "description", "pool_name", "rejection_reason"]
+    list_select_related = ["server"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="visibility")
+    def visibility_list(self, obj):
+        return (
+            ", ".join(obj.visibility) if isinstance(obj.visibility, list) else repr(obj.visibility)
+        )
+
+    @admin.display(description="auth")
+    def auth(self, obj):
+        return f"{obj.auth_required} ({obj.auth_enforcement})" if obj.auth_required else "—"

@@ -1,0 +1,188 @@
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+
+class Pool(models.Model):
+    """A named MCPlet Pool (spec §3.5): shared policy for the MCPlets that declare it."""
+
+    name = models.SlugField(
+        max_length=100,
+        unique=True,
+        help_text="The name MCPlets declare in _meta.pool, e.g. media-pool. A tool naming a pool "
+        "that does not exist here is rejected until it is created (spec §5.3.3).",
+    )
+    description = models.TextField(blank=True)
+    rate_limit_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Calls per minute to this pool's MCPlets, shared by all agents and workers. "
+        "Empty: no limit.",
+    )
+    domain_allowlist = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Hosts that URL-valued arguments may point to, e.g. ["api.weather.example", '
+        '"*.example.org"]. Empty: any host.',
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        if not isinstance(self.domain_allowlist, list) or not all(
+            isinstance(d, str) and d for d in self.domain_allowlist
+        ):
+            raise ValidationError({"domain_allowlist": "Give a list of host names."})
+
+
+class McpServer(models.Model):
+    """An MCP server the host connects to, and its lifecycle state (MGP §11.2)."""
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (the host launches the command)"
+        HTTP = "http", "streamable HTTP"
+
+    class Status(models.TextChoices):
+        REGISTERED = "registered"
+        CONNECTING = "connecting"
+        CONNECTED = "connected"
+        ERROR = "error"
+        DISCONNECTED = "disconnected"
+
+    name = models.SlugField(max_length=100, unique=True)
+    transport = models.CharField(max_length=8, choices=Transport.choices)
+    command = models.CharField(
+        max_length=500, blank=True, help_text="stdio: the program to launch, e.g. python."
+    )
+    args = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='stdio: its arguments, e.g. ["-m", "mcplets.restaurant.crm"].',
+    )
+    env = models.JSONField(
+        default=dict, blank=True, help_text="stdio: extra environment variables (secret)."
+    )
+    url = models.URLField(
+        max_length=500, blank=True, help_text="http: the streamable HTTP endpoint."
+    )
+    headers = models.JSONField(
+        default=dict, blank=True, help_text="http: request headers, e.g. Authorization (secret)."
+    )
+    enabled = models.BooleanField(default=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.REGISTERED, editable=False
+    )
+    last_error = models.TextField(blank=True, editable=False)
+    last_discovery_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MCP server"
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        if self.transport == self.Transport.STDIO and not self.command:
+            raise ValidationError({"command": "A stdio server needs the command to launch."})
+        if self.transport == self.Transport.HTTP and not self.url:
+            raise ValidationError({"url": "A streamable HTTP server needs its URL."})
+        if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
+            raise ValidationError({"args": "Give a JSON list of strings."})
+        for field in ("env", "headers"):
+            value = getattr(self, field)
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise ValidationError({field: "Give names and string values."})
+
+    @property
+    def endpoint(self):
+        """Where the server is, without secrets: safe for lists and logs."""
+        if self.transport == self.Transport.HTTP:
+            return self.url
+        return " ".join([self.command, *self.args])
+
+
+class McpletQuerySet(models.QuerySet):
+    def routable(self):
+        return self.filter(status=Mcplet.Status.ACCEPTED)
+
+
+class Mcplet(models.Model):
+    """One tool discovered on an MCP server, its parsed `_meta` and the host's verdict."""
+
+    class Type(models.TextChoices):
+        READ = "read"
+        PREPARE = "prepare"
+        ACTION = "action"
+
+    class Status(models.TextChoices):
+        ACCEPTED = "accepted"
+        REJECTED = "rejected"
+        EVICTED = "evicted"
+
+    class Enforcement(models.TextChoices):
+        STRICT = "strict"
+        HOST_ONLY = "host-only"
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="mcplets")
+    name = models.CharField(max_length=200, db_index=True)
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict)
+    meta = models.JSONField("raw _meta", default=dict, blank=True)
+    mcplet_type = models.CharField(max_length=8, choices=Type.choices, blank=True)
+    visibility = models.JSONField(default=list, blank=True)
+    # Derived from `visibility` on save, so surfaces can be filtered and indexed on any database.
+    model_visible = models.BooleanField(default=False, editable=False)
+    app_visible = models.BooleanField(default=False, editable=False)
+    pool_name = models.CharField(
+        max_length=100, blank=True, help_text="The pool the tool declares in _meta.pool."
+    )
+    pool = models.ForeignKey(
+        Pool,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="mcplets",
+        help_text="The registered pool it belongs to; empty for a pool-less MCPlet.",
+    )
+    auth_required = models.CharField(max_length=32, blank=True)
+    auth_enforcement = models.CharField(max_length=16, choices=Enforcement.choices, blank=True)
+    auth_prompt_message = models.TextField(blank=True)
+    result_schema_uri = models.CharField(max_length=500, blank=True)
+    result_schema = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, db_index=True)
+    rejection_reason = models.TextField(blank=True)
+    discovered_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = McpletQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["server__name", "name"]
+        verbose_name = "MCPlet"
+        constraints = [
+            models.UniqueConstraint(fields=["server", "name"], name="unique_tool_per_server")
+        ]
+        indexes = [models.Index(fields=["status", "model_visible", "pool"])]
+
+    def __str__(self):
+        return self.name
+
+    def save(self, *args, **kwargs):
+        surfaces = self.visibility if isinstance(self.visibility, list) else []
+        self.model_visible, self.app_visible = "model" in surfaces, "app" in surfaces
+        super().save(*args, **kwargs)
+
+    @property
+    def needs_approval(self):
+        """Spec §4, §6.7: an action, or any tool declaring auth, waits for a person."""
+        return self.mcplet_type == self.Type.ACTION or bool(self.auth_required)

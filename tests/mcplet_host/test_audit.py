@@ -1,0 +1,116 @@
+import threading
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from mcplet_host import audit
+from mcplet_host.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def write_events(n):
+    return [
+        audit.record(
+            audit.EventType.TOOL_EXECUTED,
+            actor_type=audit.ActorType.AGENT,
+            actor_id="info-gathering-agent",
+            target_server="crm",
+            target_tool="query_crm",
+            trace_id="ctx-1",
+            details={"duration_ms": i, "args": {"filter": "rain"}},
+        )
+        for i in range(n)
+    ]
+
+
+def test_events_form_an_intact_chain():
+    events = write_events(5)
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert events[1].prev_hash == events[0].hash
+    assert audit.verify_chain() == (5, None)
+    call_command("verify_audit")
+
+
+def test_event_is_in_the_mgp_shape():
+    event = write_events(1)[0]
+    event.refresh_from_db()
+    assert event.as_mgp() == {
+        "timestamp": event.as_mgp()["timestamp"],
+        "trace_id": "ctx-1",
+        "event_type": "TOOL_EXECUTED",
+        "actor": {"type": "agent", "id": "info-gathering-agent"},
+        "target": {"server_id": "crm", "tool_name": "query_crm"},
+        "result": "SUCCESS",
+        "details": {"duration_ms": 0, "args": {"filter": "rain"}},
+    }
+    assert event.as_mgp()["timestamp"].endswith("Z")
+
+
+def test_an_edited_row_is_named():
+    write_events(4)
+    AuditEvent.objects.filter(seq=3).update(result="FAILURE")  # bypasses the model, as SQL would
+    checked, broken = audit.verify_chain()
+    assert (checked, broken.seq) == (2, 3)
+    assert "edited" in broken.reason
+    with pytest.raises(CommandError, match="event #3"):
+        call_command("verify_audit")
+
+
+def test_an_edited_detail_is_named():
+    write_events(3)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE mcplet_host_auditevent SET details = %s WHERE seq = 2", ['{"duration_ms": 99}']
+        )
+    assert audit.verify_chain()[1].seq == 2
+
+
+def test_a_deleted_row_is_named():
+    write_events(4)
+    AuditEvent.objects.filter(seq=2).delete()
+    checked, broken = audit.verify_chain()
+    assert broken.seq == 2 and "missing" in broken.reason
+
+
+def test_a_deleted_and_renumbered_row_breaks_the_link():
+    write_events(4)
+    AuditEvent.objects.filter(seq=2).delete()
+    AuditEvent.objects.filter(seq=3).update(seq=2)
+    AuditEvent.objects.filter(seq=4).update(seq=3)
+    assert audit.verify_chain()[1].seq == 2
+
+
+def test_deleting_the_newest_rows_is_detected():
+    write_events(4)
+    AuditEvent.objects.filter(seq__gte=3).delete()
+    checked, broken = audit.verify_chain()
+    assert checked == 2 and "newest events were removed" in broken.reason
+
+
+def test_rows_refuse_change_and_delete_through_the_model():
+    event = write_events(1)[0]
+    event.result = "FAILURE"
+    with pytest.raises(ValueError, match="append-only"):
+        event.save()
+    with pytest.raises(ValueError, match="append-only"):
+        event.delete()
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_extend_one_chain():
+    def writer():
+        try:
+            write_events(10)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert audit.verify_chain() == (40, None)
