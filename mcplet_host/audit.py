@@ -18,7 +18,7 @@ BLOCKED = "BLOCKED"
 PENDING = "PENDING"
 
 
-def record(
+def event(
     event_type,
     *,
     actor_type=ActorType.SYSTEM,
@@ -29,28 +29,39 @@ def record(
     trace_id="",
     details=None,
 ):
-    """Append one event to the chain, in its own transaction (or the caller's)."""
+    """An unsaved event, for `record_many()`."""
+    return AuditEvent(
+        trace_id=trace_id or "",
+        event_type=str(event_type),
+        actor_type=str(actor_type),
+        actor_id=actor_id or "",
+        target_server=target_server or "",
+        target_tool=target_tool or "",
+        result=result,
+        # Stored as JSON, so hash what the database will give back.
+        details=json.loads(json.dumps(details or {}, cls=DjangoJSONEncoder)),
+    )
+
+
+def record(event_type, **fields):
+    """Append one event to the chain (in the caller's transaction, if any)."""
+    return record_many([event(event_type, **fields)])[0]
+
+
+def record_many(events):
+    """Append events to the chain in order, taking the chain lock once."""
+    if not events:
+        return []
     with transaction.atomic():
         head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
-        event = AuditEvent(
-            seq=head.last_seq + 1,
-            timestamp=timezone.now(),
-            trace_id=trace_id or "",
-            event_type=str(event_type),
-            actor_type=str(actor_type),
-            actor_id=actor_id or "",
-            target_server=target_server or "",
-            target_tool=target_tool or "",
-            result=result,
-            # Stored as JSON, so hash what the database will give back.
-            details=json.loads(json.dumps(details or {}, cls=DjangoJSONEncoder)),
-            prev_hash=head.last_hash,
-        )
-        event.hash = event.compute_hash()
-        event.save()
-        head.last_seq, head.last_hash = event.seq, event.hash
+        now = timezone.now()
+        for item in events:
+            item.seq, item.timestamp, item.prev_hash = head.last_seq + 1, now, head.last_hash
+            item.hash = item.compute_hash()
+            head.last_seq, head.last_hash = item.seq, item.hash
+        AuditEvent.objects.bulk_create(events)
         head.save(update_fields=["last_seq", "last_hash"])
-    return event
+    return events
 
 
 @dataclass

@@ -1,8 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.utils.html import format_html
 
+from pools.discovery import discover
 from pools.forms import McpServerForm
+from pools.mcp_client import ServerUnreachable
 from pools.models import Mcplet, McpServer, Pool
 
 
@@ -71,6 +73,7 @@ class McpServerAdmin(admin.ModelAdmin):
     search_fields = ["name", "url", "command"]
     readonly_fields = ["status", "last_error", "last_discovery_at", "created_at"]
     inlines = [McpletInline]
+    actions = ["discover_now"]
     fieldsets = [
         (None, {"fields": ["name", "transport", "enabled"]}),
         ("stdio", {"fields": ["command", "args_line", "env"]}),
@@ -80,6 +83,17 @@ class McpServerAdmin(admin.ModelAdmin):
             {"fields": ["status", "last_error", "last_discovery_at", "created_at"]},
         ),
     ]
+
+    @admin.action(description="Discover now (connect, list and validate the tools)")
+    def discover_now(self, request, queryset):
+        for server in queryset:
+            try:
+                report = discover(server, timeout=20)
+            except ServerUnreachable as exc:
+                self.message_user(request, f"{server.name} did not answer: {exc}", messages.ERROR)
+            else:
+                level = messages.WARNING if report.rejected else messages.SUCCESS
+                self.message_user(request, str(report), level)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):

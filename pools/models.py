@@ -1,6 +1,15 @@
+from urllib.parse import urlparse
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+
+
+def validate_http_url(value):
+    """http(s) with a host; unlike URLValidator, single-label hosts (compose services) are fine."""
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValidationError("Enter an http:// or https:// URL with a host.")
 
 
 class Pool(models.Model):
@@ -67,8 +76,11 @@ class McpServer(models.Model):
     env = models.JSONField(
         default=dict, blank=True, help_text="stdio: extra environment variables (secret)."
     )
-    url = models.URLField(
-        max_length=500, blank=True, help_text="http: the streamable HTTP endpoint."
+    url = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[validate_http_url],
+        help_text="http: the streamable HTTP endpoint, e.g. http://crm:9000/mcp.",
     )
     headers = models.JSONField(
         default=dict, blank=True, help_text="http: request headers, e.g. Authorization (secret)."
@@ -170,7 +182,13 @@ class Mcplet(models.Model):
         ordering = ["server__name", "name"]
         verbose_name = "MCPlet"
         constraints = [
-            models.UniqueConstraint(fields=["server", "name"], name="unique_tool_per_server")
+            models.UniqueConstraint(fields=["server", "name"], name="unique_tool_per_server"),
+            # Routing is by tool name, so at most one server may serve an accepted name.
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(status="accepted"),
+                name="unique_accepted_tool_name",
+            ),
         ]
         indexes = [models.Index(fields=["status", "model_visible", "pool"])]
 
@@ -178,9 +196,12 @@ class Mcplet(models.Model):
         return self.name
 
     def save(self, *args, **kwargs):
+        self.sync_surfaces()
+        super().save(*args, **kwargs)
+
+    def sync_surfaces(self):
         surfaces = self.visibility if isinstance(self.visibility, list) else []
         self.model_visible, self.app_visible = "model" in surfaces, "app" in surfaces
-        super().save(*args, **kwargs)
 
     @property
     def needs_approval(self):

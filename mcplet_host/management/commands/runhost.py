@@ -10,12 +10,14 @@ from django.core.management.base import BaseCommand
 
 from mcplet_host.asgi import application
 from mcplet_host.celery import app
+from pools import watcher
 
 
 class Command(BaseCommand):
     help = (
         "Run the whole host in one process: daphne serving the web app, a Celery worker and "
-        "beat (threads). With REDIS_URL unset this is the embedded default (in-memory broker)."
+        "beat and the MCP watcher (threads). With REDIS_URL unset this is the embedded default "
+        "(in-memory broker)."
     )
 
     def add_arguments(self, parser):
@@ -40,13 +42,14 @@ class Command(BaseCommand):
         )
         beat = EmbeddedService(app, thread=True, scheduler_cls=settings.CELERY_BEAT_SCHEDULER)
         mode = "embedded (in-memory broker)" if settings.EMBEDDED else "Redis"
-        self.stdout.write(f"MCPlet Host on http://{host}:{port}/ — worker, beat, {mode}")
+        self.stdout.write(f"MCPlet Host on http://{host}:{port}/ — worker, beat, watcher, {mode}")
         self.stdout.write(
             f"  admin: http://{host}:{port}/admin/   health: http://{host}:{port}/healthz"
         )
         worker_thread = threading.Thread(target=worker.start, name="celery-worker", daemon=True)
         worker_thread.start()
         beat.start()
+        stop_watcher = watcher.start_in_thread()
         try:
             Server(
                 application=application,
@@ -54,5 +57,6 @@ class Command(BaseCommand):
                 signal_handlers=True,
             ).run()
         finally:
+            stop_watcher()
             beat.stop()
             worker.stop(in_sighandler=False)

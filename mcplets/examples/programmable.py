@@ -1,0 +1,445 @@
+"""A programmable MCP server whose tools come from a JSON spec file, for discovery tests.
+
+    python -m mcplets.examples.programmable --spec spec.json [--transport stdio|streamable-http]
+        [--host 127.0.0.1] [--port 8766] [--page-size N] [--calls-log calls.jsonl]
+
+The spec is `{"tools": [...], "resources": {"uri": "text", ...}}`. Each tool entry is published
+as given, minus the server-side keys `resultSchema`, `rawResource` and `result`; `inputSchema`
+defaults to an empty object schema. Nothing is validated: the server exists to feed a host bad
+tools too. `resultSchema` is served as a §9.4 payload at `_meta.mcpletToolResultSchemaUri`
+(`rawResource`, when given, is served there verbatim instead) and `result` is what tools/call
+returns as `structuredContent`.
+
+tools/list pages by `--page-size` (0: one page). The spec file is polled every 0.1 s; a change
+reloads it and sends `notifications/tools/list_changed` to every connected session (and a
+`ToolsListChanged` event to 2026-07-28 `subscriptions/listen` streams).
+
+`write_spec`, `serve_http` and `stdio_params` help tests drive it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import CacheHint, NotificationOptions, Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcplets.envelope import utc_timestamp
+
+SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result"})
+DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
+POLL_INTERVAL = 0.1
+RESOURCE_NOT_FOUND = -32002
+# The directory holding the `mcplets` package: the cwd a child needs for `-m mcplets...`.
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec
+
+
+@dataclass(frozen=True)
+class Spec:
+    tools: list[dict[str, Any]]  # as published on tools/list
+    entries: dict[str, dict[str, Any]]  # spec entries by tool name, for tools/call
+    resources: dict[str, str]  # uri -> text
+
+    @classmethod
+    def load(cls, path: Path) -> Spec:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        created_at = utc_timestamp()
+        tools: list[dict[str, Any]] = []
+        entries: dict[str, dict[str, Any]] = {}
+        resources: dict[str, str] = {}
+        for entry in data.get("tools") or []:
+            if not isinstance(entry, dict):
+                tools.append(entry)  # not even an object: published as is all the same
+                continue
+            tool = {k: v for k, v in entry.items() if k not in SERVER_ONLY_KEYS}
+            tool.setdefault("inputSchema", DEFAULT_INPUT_SCHEMA)
+            tools.append(tool)
+            if isinstance(entry.get("name"), str):
+                entries.setdefault(entry["name"], entry)
+            uri = _schema_uri(entry)
+            if uri is None:
+                continue
+            if "rawResource" in entry:
+                resources[uri] = str(entry["rawResource"])
+            elif "resultSchema" in entry:
+                resources[uri] = json.dumps(_schema_payload(entry["resultSchema"], created_at))
+        # Explicit resources win over derived ones: a test may want a schema URI to say anything.
+        extra = data.get("resources") or {}
+        resources.update({str(uri): str(text) for uri, text in extra.items()})
+        return cls(tools=tools, entries=entries, resources=resources)
+
+
+def _schema_uri(entry: Mapping[str, Any]) -> str | None:
+    meta = entry.get("_meta")
+    uri = meta.get(SCHEMA_URI_KEY) if isinstance(meta, Mapping) else None
+    return uri if isinstance(uri, str) else None
+
+
+def _schema_payload(schema: Any, created_at: str) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "schema": schema,
+        "_meta": {
+            "createdAt": created_at,
+            "deprecated": False,
+            "deprecatedAt": None,
+            "sunsetDate": None,
+        },
+    }
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"offset:{offset}".encode()).decode()
+
+
+def _decode_cursor(cursor: Any, total: int) -> int:
+    try:
+        text = base64.urlsafe_b64decode(str(cursor).encode()).decode()
+        prefix, _, number = text.partition(":")
+        offset = int(number)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        offset = -1
+        prefix = ""
+    # A cursor from before a reload still works while it points inside the new list.
+    if prefix != "offset" or not 0 <= offset <= total:
+        raise MCPError(code=types.INVALID_PARAMS, message="Invalid cursor", data=str(cursor))
+    return offset
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+@dataclass
+class ProgrammableServer:
+    spec_path: Path
+    page_size: int = 0
+    calls_log: Path | None = None
+    spec: Spec = field(init=False)
+    # Sessions that completed the initialize handshake and are still connected.
+    sessions: set[ServerSession] = field(init=False, default_factory=set)
+    bus: InMemorySubscriptionBus = field(init=False, default_factory=InMemorySubscriptionBus)
+    reloads: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.spec = Spec.load(self.spec_path)
+        self.server = _ListChangedServer(
+            "programmable",
+            version="1",
+            lifespan=self._lifespan,
+            # Nothing here may be cached: the spec can change under a client at any moment.
+            cache_hints={
+                "tools/list": CacheHint(ttl_ms=0),
+                "resources/list": CacheHint(ttl_ms=0),
+                "resources/read": CacheHint(ttl_ms=0),
+            },
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+            on_subscriptions_listen=ListenHandler(self.bus),
+        )
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._track_session
+        )
+        self.server.middleware.append(self._raw_tools_list)
+
+    # -- tools/list
+
+    def page(self, cursor: Any = None) -> dict[str, Any]:
+        tools = self.spec.tools
+        start = 0 if cursor is None else _decode_cursor(cursor, len(tools))
+        end = len(tools) if self.page_size <= 0 else start + self.page_size
+        page: dict[str, Any] = {"tools": tools[start:end]}
+        if end < len(tools):
+            page["nextCursor"] = _encode_cursor(end)
+        return page
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams
+    ) -> dict[str, Any]:
+        # Only 2026-07-28 requests get here (see `_raw_tools_list`); the SDK's sieve wants the
+        # `resultType` these results must carry, and fills `ttlMs`/`cacheScope` from the hints.
+        return {**self.page(params.cursor), "resultType": "complete"}
+
+    async def _raw_tools_list(
+        self, ctx: ServerRequestContext, call_next: CallNext
+    ) -> HandlerResult:
+        # The SDK sieves results through its models before sending them, which drops unknown
+        # tool keys and turns a non-object `_meta` into an INTERNAL_ERROR for the whole page.
+        # On handshake-era connections the page goes out exactly as the spec says instead.
+        # (2026-07-28 results need SDK-filled fields, so they take the normal path.)
+        if ctx.method != "tools/list" or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await call_next(ctx)
+        return self.page((ctx.params or {}).get("cursor"))
+
+    # -- tools/call
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        # The raw `_meta`, so tests see exactly what the host sent (e.g. `mcplet_auth`).
+        self._log_call(params.name, arguments, (ctx.params or {}).get("_meta"))
+        entry = self.spec.entries.get(params.name)
+        if entry is None:
+            return types.CallToolResult(
+                content=[types.TextContent(text=f"Unknown tool: {params.name}")], is_error=True
+            )
+        result = entry.get("result", {"ok": True, "tool": params.name, "arguments": arguments})
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(result))], structured_content=result
+        )
+
+    def _log_call(self, name: str, arguments: Any, meta: Any) -> None:
+        if self.calls_log is None:
+            return
+        line = json.dumps({"name": name, "arguments": arguments, "meta": meta})
+        with self.calls_log.open("a", encoding="utf-8") as log:
+            log.write(line + "\n")
+
+    # -- resources
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri=uri, name=uri, mime_type="application/json")
+                for uri in self.spec.resources
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        text = self.spec.resources.get(str(params.uri))
+        if text is None:
+            raise MCPError(
+                code=RESOURCE_NOT_FOUND, message="Resource not found", data={"uri": str(params.uri)}
+            )
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(uri=params.uri, mime_type="application/json", text=text)
+            ]
+        )
+
+    # -- hot reload
+
+    async def _track_session(self, ctx: ServerRequestContext, params: Any) -> None:
+        # The low-level server has no public "connection closed" hook, so this handler stays
+        # parked for the connection's lifetime: the dispatcher cancels it when the client leaves.
+        self.sessions.add(ctx.session)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.sessions.discard(ctx.session)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, server: Server) -> AsyncIterator[dict[str, Any]]:
+        # Entered once per process on both transports (stdio run, HTTP session manager).
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.watch)
+            yield {}
+            tg.cancel_scope.cancel()
+
+    async def watch(self) -> None:
+        seen = _file_key(self.spec_path)
+        while True:
+            await anyio.sleep(POLL_INTERVAL)
+            key = _file_key(self.spec_path)
+            if key == seen:
+                continue
+            seen = key
+            try:
+                self.spec = Spec.load(self.spec_path)
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                # Keep serving the last good spec; a later write will be picked up.
+                print(f"programmable: spec not reloaded: {exc!r}", file=sys.stderr)
+                continue
+            self.reloads += 1
+            await self.notify_tools_changed()
+
+    async def notify_tools_changed(self) -> None:
+        for session in list(self.sessions):
+            await session.send_tool_list_changed()
+        await self.bus.publish(ToolsListChanged())
+
+
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    # The inode changes on every os.replace, so even a same-mtime rewrite is noticed.
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+class _ListChangedServer(Server):
+    # The HTTP session manager builds the initialize result without options, so the
+    # `tools.listChanged` flag has to be the default rather than passed in by `main`.
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Running it
+
+
+async def serve(
+    programmable: ProgrammableServer, transport: str, host: str = "127.0.0.1", port: int = 8766
+) -> None:
+    server = programmable.server
+    if transport == "stdio":
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        return
+    import uvicorn
+
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=Path)
+    parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--page-size", type=int, default=0)
+    parser.add_argument("--calls-log", type=Path)
+    args = parser.parse_args(argv)
+    programmable = ProgrammableServer(args.spec, page_size=args.page_size, calls_log=args.calls_log)
+    anyio.run(serve, programmable, args.transport, args.host, args.port)
+
+
+# ---------------------------------------------------------------------------------------------
+# Test helpers
+
+
+def write_spec(
+    path: str | os.PathLike[str],
+    tools: list[dict[str, Any]],
+    resources: Mapping[str, str] | None = None,
+) -> Path:
+    """Write a spec atomically, with an mtime strictly later than the file it replaces."""
+    path = Path(path)
+    data: dict[str, Any] = {"tools": tools}
+    if resources is not None:
+        data["resources"] = dict(resources)
+    try:
+        previous = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        previous = 0
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+        # Two writes inside one filesystem clock tick would otherwise share an mtime.
+        mtime = max(time.time_ns(), previous + 1_000_000)
+        os.utime(temp, ns=(mtime, mtime))
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return path
+
+
+def _server_args(spec_path: str | os.PathLike[str], page_size: int, calls_log: Any) -> list[str]:
+    args = ["-m", "mcplets.examples.programmable", "--spec", str(Path(spec_path).resolve())]
+    args += ["--page-size", str(page_size)]
+    if calls_log is not None:
+        args += ["--calls-log", str(Path(calls_log).resolve())]
+    return args
+
+
+def stdio_params(
+    spec_path: str | os.PathLike[str],
+    page_size: int = 0,
+    calls_log: str | os.PathLike[str] | None = None,
+) -> tuple[str, list[str]]:
+    """The command and arguments to launch the server over stdio (run it with cwd=SOURCE_ROOT)."""
+    return sys.executable, _server_args(spec_path, page_size, calls_log)
+
+
+@contextlib.contextmanager
+def serve_http(
+    spec_path: str | os.PathLike[str],
+    page_size: int = 0,
+    calls_log: str | os.PathLike[str] | None = None,
+    timeout: float = 20,
+    port: int = 0,
+) -> Iterator[str]:
+    """Run the server over streamable HTTP in a child process (on a free port unless `port` is
+    given, e.g. to restart a server where it was); yield its `/mcp` URL."""
+    if not port:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    command = [sys.executable, *_server_args(spec_path, page_size, calls_log)]
+    command += ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, cwd=SOURCE_ROOT)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                # uvicorn binds only after the lifespan (and so the spec watcher) has started.
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None:
+                    raise RuntimeError(f"server exited with {process.returncode}") from None
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+import json
+import shlex
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from mcplets.examples.programmable import stdio_params
+from pools.models import McpServer
+from tests.pools.conftest import tool
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args):
+    out, err = StringIO(), StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_add_mcp_server_stdio_and_http(tmp_path):
+    out, _ = run(
+        "add_mcp_server", "crm", "--stdio", "python -m mcplets.examples.notes", "--env", "TOKEN=abc"
+    )
+    crm = McpServer.objects.get(name="crm")
+    assert (crm.transport, crm.command, crm.args, crm.env) == (
+        "stdio",
+        "python",
+        ["-m", "mcplets.examples.notes"],
+        {"TOKEN": "abc"},
+    )
+    assert "Registered crm" in out and "abc" not in out
+
+    run(
+        "add_mcp_server",
+        "erp",
+        "--url",
+        "http://localhost:9100/mcp",
+        "--header",
+        "Authorization: Bearer x",
+    )
+    assert McpServer.objects.get(name="erp").headers == {"Authorization": "Bearer x"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["crm", "--url", "not a url"], "url: Enter an http:// or https:// URL with a host."),
+        (["crm", "--stdio", ""], "--stdio needs a command."),
+        (["crm", "--url", "http://x/mcp", "--header", "nocolon"], "write NAME:value"),
+    ],
+)
+def test_add_mcp_server_refuses_bad_input(args, message):
+    with pytest.raises(CommandError, match=message):
+        run("add_mcp_server", *args)
+    assert not McpServer.objects.exists()
+
+
+def test_add_mcp_server_refuses_a_duplicate_name():
+    run("add_mcp_server", "crm", "--url", "http://x/mcp")
+    with pytest.raises(CommandError, match="already exists"):
+        run("add_mcp_server", "crm", "--url", "http://y/mcp")
+
+
+def test_discover_mcplets_prints_one_row_per_tool(spec):
+    server = spec([tool("query_crm"), tool("bad", "write")])
+    command, args = stdio_params(server.path)
+    run("add_mcp_server", "crm", "--stdio", shlex.join([command, *args]))
+
+    out, err = run("discover_mcplets", "crm")
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["NAME", "SERVER", "TYPE"]
+    assert any(line.startswith("query_crm") and "accepted" in line for line in lines)
+    assert any(
+        line.startswith("bad") and "rejected" in line and "'write'" in line for line in lines
+    )
+    assert "crm: 1 accepted, 1 rejected, 0 evicted" in err
+
+    out, _ = run("discover_mcplets", "crm", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert {r["name"]: r["status"] for r in rows} == {"bad": "rejected", "query_crm": "accepted"}
+    assert rows[1] == {
+        "name": "query_crm",
+        "server": "crm",
+        "type": "read",
+        "pool": "",
+        "visibility": "model",
+        "auth": "",
+        "status": "accepted",
+        "reason": "",
+    }
+
+
+def test_discover_mcplets_fails_when_a_server_does_not_answer(spec):
+    server = spec([tool("query_crm")])
+    command, args = stdio_params(server.path)
+    run("add_mcp_server", "crm", "--stdio", shlex.join([command, *args]))
+    run("add_mcp_server", "down", "--url", "http://127.0.0.1:1/mcp")
+    with pytest.raises(CommandError, match="1 server\\(s\\) did not answer: down: "):
+        run("discover_mcplets", "--timeout", "5")
+    assert McpServer.objects.get(name="crm").status == "connected"
+
+
+def test_discover_mcplets_names_an_unknown_server():
+    with pytest.raises(CommandError, match="No MCP server named nosuch"):
+        run("discover_mcplets", "nosuch")
+
+
+def test_admin_discover_now(staff_client, spec):
+    ok = spec([tool("query_crm"), tool("bad", "write")]).stdio()
+    down = McpServer.objects.create(name="down", transport="http", url="http://127.0.0.1:1/mcp")
+    page = staff_client.post(
+        "/admin/pools/mcpserver/",
+        {"action": "discover_now", "_selected_action": [ok.pk, down.pk]},
+        follow=True,
+    )
+    shown = [str(m) for m in page.context["messages"]]
+    assert shown[0] == "crm: 1 accepted, 1 rejected, 0 evicted"
+    assert shown[1].startswith("down did not answer: down: ")
+    assert "Crm: 1 accepted, 1 rejected" in page.content.decode()
+    listing = staff_client.get("/admin/pools/mcplet/?status__exact=rejected").content.decode()
+    assert "bad" in listing and "is not one of read, prepare, action" in listing
