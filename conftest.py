@@ -32,3 +32,22 @@ def pytest_report_header(config):
     db = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     broker = "memory (embedded)" if settings.EMBEDDED else "redis"
     return f"mcplet-host: database={db}, broker={broker}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Rate-limit counters, heartbeats, assertions — and with Redis, the broker's queues — must
+    not leak from one test to the next (ids are reused once a test's transaction rolls back)."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _close_mcp_sessions():
+    """MCP sessions opened by the gateway belong to the test that opened them."""
+    yield
+    from pools.sessions import sessions
+
+    sessions.close_all()

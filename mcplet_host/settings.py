@@ -155,6 +155,11 @@ PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
 PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")
 PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), "http://localhost:8000")
 PASSKEY_RP_NAME = env_str("PASSKEY_RP_NAME", "MCPlet Host")
+# How long a held tool call waits for a person before it expires (the WebAuthn challenge itself
+# lives < 60 s and is fetched only when the approver presses Approve).
+MCPLET_APPROVAL_TTL = env_int("MCPLET_APPROVAL_TTL", 900, minimum=10)
+# How long one MCP tools/call may take before the gateway answers SERVICE_UNAVAILABLE.
+MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = VAR_DIR / "mail"

@@ -80,16 +80,17 @@ def check_error_code(code: str) -> str:
     return code
 
 
-def _meta(tool_id: str, mcplet_type: str, visibility: Sequence[str] | None) -> dict[str, Any]:
+def _meta(
+    tool_id: str, mcplet_type: str | None, visibility: Sequence[str] | None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"timestamp": utc_timestamp(), "toolId": tool_id}
+    if mcplet_type is None:  # a host answering for a tool it does not know
+        return meta
     if mcplet_type not in MCPLET_TYPES:
         raise ValueError(
             f"§4: mcpletType MUST be one of read, prepare, action (got {mcplet_type!r})"
         )
-    meta: dict[str, Any] = {
-        "timestamp": utc_timestamp(),
-        "toolId": tool_id,
-        "mcpletType": mcplet_type,
-    }
+    meta["mcpletType"] = mcplet_type
     if visibility is not None:
         if list(visibility) not in VISIBILITIES:
             raise ValueError(f"§8.1: visibility MUST be one of {VISIBILITIES} (got {visibility!r})")
@@ -120,18 +121,19 @@ def error(
     message: str,
     *,
     tool_id: str,
-    mcplet_type: str,
+    mcplet_type: str | None,
     visibility: Sequence[str] | None = None,
     text: str | None = None,
     retryable: bool | None = None,
     retry_after_ms: int | None = None,
 ) -> Envelope:
-    """An error envelope; its default text is `CODE: message`."""
+    """An error envelope; its default text is `CODE: message`. `mcplet_type=None` leaves the
+    type out, for a host refusing a tool it does not know."""
     code = check_error_code(code)
     err: dict[str, Any] = {"message": message, "code": code}
     if retryable is not None:
         err["retryable"] = retryable
     if retry_after_ms is not None:
-        err["retryAfterMs"] = retry_after_ms
+        err["retry_after_ms"] = retry_after_ms  # MGP §14.5 recovery field, as MGP spells it
     body = {"error": err, "_meta": _meta(tool_id, mcplet_type, visibility)}
     return Envelope(body, text if text is not None else f"{code}: {message}")

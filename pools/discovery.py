@@ -209,10 +209,24 @@ def classify(tool, pools):
 # --- applying a snapshot to the registry ----------------------------------------------------
 
 TRACKED_FIELDS = [
-    "title", "description", "input_schema", "meta", "mcplet_type", "visibility", "pool_name",
-    "pool", "auth_required", "auth_enforcement", "auth_prompt_message", "result_schema_uri",
-    "result_schema", "status", "rejection_reason", "model_visible", "app_visible",
-]  # fmt: skip
+    "title",
+    "description",
+    "input_schema",
+    "meta",
+    "mcplet_type",
+    "visibility",
+    "pool_name",
+    "pool",
+    "auth_required",
+    "auth_enforcement",
+    "auth_prompt_message",
+    "result_schema_uri",
+    "result_schema",
+    "status",
+    "rejection_reason",
+    "model_visible",
+    "app_visible",
+]
 
 
 @dataclass

@@ -1,5 +1,8 @@
+import math
+import time
 from urllib.parse import urlparse
 
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -47,6 +50,60 @@ class Pool(models.Model):
             isinstance(d, str) and d for d in self.domain_allowlist
         ):
             raise ValidationError({"domain_allowlist": "Give a list of host names."})
+
+    def take_call(self, now=None):
+        """Count one call against the rate limit. None if allowed, else the milliseconds to wait.
+
+        A sliding window (this minute's count plus the previous minute's, weighted by how much
+        of it still overlaps) in the cache: Redis shared by every worker, or in-process when
+        embedded.
+        """
+        limit = self.rate_limit_per_minute
+        if not limit:
+            return None
+        now = time.time() if now is None else now
+        window, elapsed = divmod(now, 60)
+        key = f"ratelimit:pool:{self.pk}:{int(window)}"
+        cache.add(key, 0, 150)
+        count = cache.incr(key)
+        previous = cache.get(f"ratelimit:pool:{self.pk}:{int(window) - 1}", 0)
+        weighted = previous * (60 - elapsed) / 60 + count
+        if weighted <= limit:
+            return None
+        cache.decr(key)  # a refused call does not use up the limit
+        wait = 60 - elapsed  # the next window drops this minute's weight for good
+        if previous:
+            wait = min(wait, 60 * (weighted - limit) / previous)
+        return max(1, math.ceil(wait * 1000))
+
+    def disallowed_urls(self, arguments):
+        """URL-valued arguments whose host is outside the allowlist (all pass without one)."""
+        if not self.domain_allowlist:
+            return []
+        return [url for url in _urls_in(arguments) if not self._allows(urlparse(url).hostname)]
+
+    def _allows(self, host):
+        host = (host or "").lower().rstrip(".")
+        for pattern in self.domain_allowlist:
+            pattern = pattern.lower()
+            if pattern.startswith("*.") and host.endswith(pattern[1:]):
+                return True
+            if host == pattern:
+                return True
+        return False
+
+
+def _urls_in(value):
+    if isinstance(value, str):
+        parsed = urlparse(value.strip())
+        if parsed.scheme in ("http", "https", "ws", "wss", "ftp") and parsed.netloc:
+            yield value.strip()
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _urls_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _urls_in(item)
 
 
 class McpServer(models.Model):

@@ -8,7 +8,7 @@ import threading
 from contextlib import asynccontextmanager, suppress
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from mcp.client.subscriptions import listen
 from mcp.shared.exceptions import MCPError
 from mcp_types import ToolListChangedNotification
@@ -83,6 +83,7 @@ class Watcher:
             for server_id, (_, task) in running.items():
                 await self._stop(task)
                 await sync_to_async(mark_server)(server_id, McpServer.Status.DISCONNECTED)
+            await sync_to_async(connections.close_all)()
 
     async def watch(self, config):
         backoff, changed = 1.0, asyncio.Event()

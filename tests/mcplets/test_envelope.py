@@ -49,7 +49,7 @@ def test_error_envelope_shape():
         "message": "slow down",
         "code": "RATE_LIMITED",
         "retryable": True,
-        "retryAfterMs": 500,
+        "retry_after_ms": 500,
     }
     assert "visibility" not in envelope["_meta"]
     assert envelope.text == "RATE_LIMITED: slow down"

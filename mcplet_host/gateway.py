@@ -1,0 +1,462 @@
+"""The gateway: the one enforcement point every MCPlet call passes (DESIGN.md, "One tool call,
+end to end"). Checks run in order — routable, surface, pool grants, pool policy, arguments,
+approval — each refusal an MCPlet error envelope (§9.1) and an audit event."""
+
+import json
+import time
+from dataclasses import dataclass
+
+from celery import current_app
+from django.apps import apps
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+from mcp.shared.exceptions import MCPError
+
+from mcplet_host import audit
+from mcplets import ErrorCode, error, ok
+from passkey.models import Ceremony
+from pools.mcp_client import ServerConfig, ServerUnreachable
+from pools.models import Mcplet
+from pools.sessions import sessions
+
+SURFACES = ("model", "app")
+
+
+@dataclass
+class Outcome:
+    """What a call came to: `executed` (the tool ran; its envelope may still carry the tool's
+    own error), `refused` (nothing ran), or `pending` (held in `ceremony` for approval)."""
+
+    status: str
+    envelope: dict | None = None
+    ceremony: Ceremony | None = None
+
+    @property
+    def is_error(self):
+        return self.envelope is not None and "error" in self.envelope
+
+
+class Refusal(Exception):
+    def __init__(self, code, message, rule, *, retryable=False, retry_after_ms=None):
+        super().__init__(message)
+        self.code, self.message, self.rule = code, message, rule
+        self.retryable, self.retry_after_ms = retryable, retry_after_ms
+
+
+# --- the LLM's tool list ----------------------------------------------------------------------
+
+
+def _granted(agent):
+    return agent.accessible_pools.through.objects.filter(agent_id=agent.pk).values("pool_id")
+
+
+def tools_for(agent, partner=None):
+    """What the agent's LLM sees: accepted ∩ model-visible ∩ granted (∩ the partner's grants).
+    One query; MCPlets in pools the agent does not hold are never read."""
+    tools = Mcplet.objects.routable().filter(model_visible=True)
+    for holder in (agent, partner):
+        if holder is not None:
+            tools = tools.filter(Q(pool__isnull=True) | Q(pool__in=_granted(holder)))
+    return tools.order_by("name")
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+def _resolve(tool):
+    mcplet = Mcplet.objects.routable().select_related("server", "pool").filter(name=tool).first()
+    if mcplet is None:
+        why = Mcplet.objects.filter(name=tool).values_list("status", "rejection_reason").first()
+        detail = f" (it is {why[0]}: {why[1]})" if why else ""
+        raise Refusal(
+            ErrorCode.NOT_FOUND, f"No MCPlet named {tool!r} is available{detail}.", "routable"
+        )
+    return mcplet
+
+
+def _check_surface(mcplet, surface):
+    if surface not in SURFACES:
+        raise Refusal(ErrorCode.VALIDATION_ERROR, f"Unknown surface {surface!r}.", "surface")
+    if surface not in mcplet.visibility:
+        raise Refusal(
+            "X_ACCESS_DENIED",
+            f"{mcplet.name} cannot be called from the {surface} surface: its visibility is "
+            f"{mcplet.visibility} (§8.2).",
+            "surface",
+        )
+
+
+def _check_grants(mcplet, agent, partner):
+    for holder in (agent, partner):
+        if holder is None:
+            continue
+        if not holder.enabled:
+            raise Refusal("X_ACCESS_DENIED", f"The agent {holder.agent_id} is disabled.", "agent")
+        if mcplet.pool_id and not _granted(holder).filter(pool_id=mcplet.pool_id).exists():
+            raise Refusal(
+                "X_ACCESS_DENIED",
+                f"{mcplet.name} belongs to the pool {mcplet.pool.name}, which is not granted to "
+                f"{holder.agent_id} (§3.4, §16.1).",
+                "pool",
+            )
+
+
+def _check_policy(mcplet, arguments):
+    pool = mcplet.pool
+    if pool is None:
+        return
+    wait_ms = pool.take_call()
+    if wait_ms is not None:
+        raise Refusal(
+            ErrorCode.RATE_LIMITED,
+            f"The pool {pool.name} allows {pool.rate_limit_per_minute} calls per minute.",
+            "rate_limit",
+            retryable=True,
+            retry_after_ms=wait_ms,
+        )
+    blocked = pool.disallowed_urls(arguments)
+    if blocked:
+        raise Refusal(
+            "X_DOMAIN_NOT_ALLOWED",
+            f"{', '.join(blocked)} is outside the pool {pool.name}'s domain allowlist "
+            f"({', '.join(pool.domain_allowlist)}).",
+            "domain_allowlist",
+        )
+
+
+def _check_arguments(mcplet, arguments):
+    if not isinstance(arguments, dict):
+        raise Refusal(ErrorCode.VALIDATION_ERROR, "Arguments must be a JSON object.", "arguments")
+    schema = mcplet.input_schema or {}
+    problem = best_match(validator_for(schema, Draft202012Validator)(schema).iter_errors(arguments))
+    if problem is not None:
+        where = "/".join(str(p) for p in problem.absolute_path) or "(the arguments)"
+        raise Refusal(ErrorCode.VALIDATION_ERROR, f"{where}: {problem.message}", "arguments")
+
+
+def _check(mcplet_or_name, arguments, agent, partner, surface):
+    mcplet = _resolve(mcplet_or_name)
+    _check_surface(mcplet, surface)
+    _check_grants(mcplet, agent, partner)
+    _check_arguments(mcplet, arguments)
+    _check_policy(mcplet, arguments)  # last: a refused call must not use up the rate limit
+    return mcplet
+
+
+# --- envelopes --------------------------------------------------------------------------------
+
+
+def _visibility(mcplet):
+    return [v for v in SURFACES if v in mcplet.visibility]
+
+
+def _error(code, message, tool, mcplet=None, **hints):
+    if mcplet is None:
+        return dict(error(code, message, tool_id=tool, mcplet_type=None, **hints))
+    return dict(
+        error(
+            code,
+            message,
+            tool_id=mcplet.name,
+            mcplet_type=mcplet.mcplet_type,
+            visibility=_visibility(mcplet),
+            **hints,
+        )
+    )
+
+
+def _payload(result):
+    """The tool's own envelope or value from a CallToolResult: (is_envelope, body)."""
+    body = result.structured_content
+    if isinstance(body, dict) and "_meta" in body and ("result" in body or "error" in body):
+        return True, body
+    if body is not None:
+        return False, body
+    text = "".join(getattr(c, "text", "") for c in result.content)
+    try:
+        return False, json.loads(text)
+    except ValueError:
+        return False, text
+
+
+def _envelope_of(mcplet, result):
+    is_envelope, body = _payload(result)
+    if result.is_error or (is_envelope and "error" in body):
+        err = body.get("error") if is_envelope and isinstance(body.get("error"), dict) else {}
+        code = str(err.get("code", ""))
+        if code not in set(ErrorCode) and not code.startswith("X_"):
+            code = ErrorCode.UNKNOWN_ERROR
+        message = err.get("message") or (body if isinstance(body, str) else json.dumps(body))
+        return _error(code, str(message), mcplet.name, mcplet)
+    value = body["result"] if is_envelope else body
+    if mcplet.result_schema is not None:
+        schema = mcplet.result_schema
+        problem = best_match(validator_for(schema, Draft202012Validator)(schema).iter_errors(value))
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "(the result)"
+            return _error(
+                "X_INVALID_RESULT",
+                f"The result breaks its declared schema ({mcplet.result_schema_uri}) at "
+                f"{where}: {problem.message} (§9.2).",
+                mcplet.name,
+                mcplet,
+            )
+    return dict(
+        ok(
+            value,
+            tool_id=mcplet.name,
+            mcplet_type=mcplet.mcplet_type,
+            visibility=_visibility(mcplet),
+        )
+    )
+
+
+# --- calling ----------------------------------------------------------------------------------
+
+
+def _actor(agent, partner):
+    details = {"partner": partner.agent_id} if partner is not None else {}
+    return {"actor_type": audit.ActorType.AGENT, "actor_id": agent.agent_id}, details
+
+
+def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
+    """Steps 7–9: tools/call with a timeout, the result envelope, the audit event."""
+    started = time.monotonic()
+    if not mcplet.server.enabled:
+        envelope = _error(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            f"The server {mcplet.server.name} is disabled.",
+            mcplet.name,
+            mcplet,
+            retryable=False,
+        )
+    else:
+        try:
+            result = sessions.call_tool(
+                ServerConfig.of(mcplet.server),
+                mcplet.name,
+                arguments,
+                meta=meta,
+                timeout=settings.MCPLET_TOOL_TIMEOUT,
+            )
+        except ServerUnreachable as exc:
+            envelope = _error(
+                ErrorCode.SERVICE_UNAVAILABLE,
+                str(exc),
+                mcplet.name,
+                mcplet,
+                retryable=True,
+                retry_after_ms=5000,
+            )
+        except MCPError as exc:
+            envelope = _error(
+                ErrorCode.UNKNOWN_ERROR,
+                f"The server answered with an error: {exc.message} ({exc.code}).",
+                mcplet.name,
+                mcplet,
+            )
+        else:
+            envelope = _envelope_of(mcplet, result)
+    failed = "error" in envelope
+    audit.record(
+        audit.EventType.TOOL_EXECUTED,
+        **actor,
+        target_server=mcplet.server.name,
+        target_tool=mcplet.name,
+        result=audit.FAILURE if failed else audit.SUCCESS,
+        trace_id=trace,
+        details={
+            **details,
+            "mcpletType": mcplet.mcplet_type,
+            "pool": mcplet.pool_name,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            **({"code": envelope["error"]["code"]} if failed else {}),
+        },
+    )
+    return envelope
+
+
+def call_tool(
+    agent,
+    tool,
+    arguments,
+    surface="model",
+    trace="",
+    *,
+    partner=None,
+    continuation="",
+    continuation_ref="",
+):
+    """Call one MCPlet for `agent` (for a partner's task: with `partner`'s grants too).
+
+    Returns an Outcome. An action (or any tool with `_meta.auth`) is not run: it is held as a
+    pending Ceremony; once decided, `continuation` (a Celery task name) is sent
+    `(ceremony id, continuation_ref)`.
+    """
+    arguments = {} if arguments is None else arguments
+    actor, details = _actor(agent, partner)
+    details["surface"] = surface
+    try:
+        mcplet = _check(tool, arguments, agent, partner, surface)
+    except Refusal as refusal:
+        hints = {"retryable": refusal.retryable}
+        if refusal.retry_after_ms is not None:
+            hints["retry_after_ms"] = refusal.retry_after_ms
+        found = Mcplet.objects.routable().filter(name=tool).select_related("server").first()
+        audit.record(
+            audit.EventType.TOOL_BLOCKED,
+            **actor,
+            target_server=found.server.name if found else "",
+            target_tool=str(tool),
+            result=audit.BLOCKED,
+            trace_id=trace,
+            details={
+                **details,
+                "rule": refusal.rule,
+                "code": refusal.code,
+                "message": refusal.message,
+            },
+        )
+        return Outcome("refused", _error(refusal.code, refusal.message, str(tool), found, **hints))
+
+    if mcplet.needs_approval:
+        with transaction.atomic():
+            ceremony = Ceremony.open(
+                mcplet=mcplet,
+                arguments=arguments,
+                agent_id=agent.agent_id,
+                partner_id=partner.agent_id if partner else "",
+                trace_id=trace,
+                surface=surface,
+                continuation=continuation,
+                continuation_ref=continuation_ref,
+            )
+            audit.record(
+                "mcplet.approval.requested",
+                **actor,
+                target_server=mcplet.server.name,
+                target_tool=mcplet.name,
+                result=audit.PENDING,
+                trace_id=trace,
+                details={
+                    **details,
+                    "ceremony": ceremony.token[:8],
+                    "arguments": arguments,
+                    "enforcement": ceremony.enforcement,
+                    "expires_at": ceremony.expires_at,
+                },
+            )
+        return Outcome("pending", ceremony=ceremony)
+
+    return Outcome(
+        "executed", _execute(mcplet, arguments, actor=actor, details=details, trace=trace)
+    )
+
+
+# --- resuming a held call -----------------------------------------------------------------------
+
+DECLINED = {
+    Ceremony.Status.REJECTED: (
+        "X_APPROVAL_REJECTED",
+        "The approver rejected this call; nothing ran.",
+    ),
+    Ceremony.Status.EXPIRED: (
+        "X_APPROVAL_EXPIRED",
+        "Nobody approved this call in time; nothing ran.",
+    ),
+}
+
+
+def resume(ceremony_id):
+    """Run (or refuse) a decided call exactly once, then tell its continuation. Safe to call
+    any number of times, from any worker: only the first call after the decision acts."""
+    with transaction.atomic():
+        ceremony = Ceremony.objects.select_for_update().get(pk=ceremony_id)
+        if ceremony.status in DECLINED and ceremony.result is None:
+            code, message = DECLINED[ceremony.status]
+            ceremony.result = _error(code, message, ceremony.tool_name, ceremony.mcplet)
+            ceremony.save(update_fields=["result"])
+            return _finish(ceremony)
+        if ceremony.status != Ceremony.Status.APPROVED:
+            return ceremony  # pending, or already handled by an earlier delivery
+        ceremony.status = Ceremony.Status.EXECUTING
+        ceremony.save(update_fields=["status"])
+
+    envelope = _run_approved(ceremony)
+    ran = ceremony.status == Ceremony.Status.EXECUTING
+    ceremony.status = Ceremony.Status.EXECUTED if ran else Ceremony.Status.FAILED
+    ceremony.result, ceremony.executed_at = envelope, timezone.now()
+    ceremony.save(update_fields=["status", "result", "executed_at"])
+    return _finish(ceremony)
+
+
+def _run_approved(ceremony):
+    actor = {"actor_type": audit.ActorType.AGENT, "actor_id": ceremony.agent_id}
+    details = {
+        "surface": ceremony.surface,
+        "ceremony": ceremony.token[:8],
+        "approved_by": getattr(ceremony.decided_by, "username", ""),
+    }
+    if ceremony.partner_id:
+        details["partner"] = ceremony.partner_id
+    assertion = ceremony.take_assertion()
+    try:
+        # The registry or the grants may have changed while the call waited: check again.
+        mcplet = _check(
+            ceremony.tool_name,
+            ceremony.arguments,
+            _load_agent(ceremony.agent_id),
+            _load_agent(ceremony.partner_id),
+            ceremony.surface,
+        )
+        if ceremony.enforcement == Ceremony.Enforcement.STRICT and assertion is None:
+            raise Refusal(
+                ErrorCode.AUTH_REQUIRED,
+                "The approval's passkey assertion is no longer available; approve again.",
+                "assertion",
+            )
+    except Refusal as refusal:
+        ceremony.status = Ceremony.Status.FAILED
+        audit.record(
+            audit.EventType.TOOL_BLOCKED,
+            **actor,
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.BLOCKED,
+            trace_id=ceremony.trace_id,
+            details={
+                **details,
+                "rule": refusal.rule,
+                "code": refusal.code,
+                "message": refusal.message,
+            },
+        )
+        return _error(refusal.code, refusal.message, ceremony.tool_name, ceremony.mcplet)
+    meta = {"idempotencyKey": ceremony.token}
+    if ceremony.enforcement == Ceremony.Enforcement.STRICT:
+        meta["mcplet_auth"] = assertion  # params._meta only: never arguments, logs or database
+    return _execute(
+        mcplet, ceremony.arguments, actor=actor, details=details, trace=ceremony.trace_id, meta=meta
+    )
+
+
+def _load_agent(agent_id):
+    """An agent by id, for a resumed call, without the gateway importing the agents room."""
+    if not agent_id:
+        return None
+    return apps.get_model("agents", "Agent").objects.get(agent_id=agent_id)
+
+
+def _finish(ceremony):
+    if ceremony.continuation:
+        transaction.on_commit(
+            lambda: current_app.send_task(
+                ceremony.continuation, args=[ceremony.pk, ceremony.continuation_ref]
+            )
+        )
+    return ceremony

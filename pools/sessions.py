@@ -1,0 +1,120 @@
+"""Long-lived MCP client sessions for tool calls, one per server per process.
+
+Opening a session costs a process launch (stdio) or a handshake (HTTP), so sessions are kept
+open on one background event loop per process and shared by all threads. A session that
+fails is dropped and reopened by the next call.
+"""
+
+import asyncio
+import os
+import threading
+from contextlib import suppress
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from pools.mcp_client import ServerUnreachable, describe, open_session
+
+
+class _Held:
+    """A session kept open by a task that waits until it is told to close."""
+
+    def __init__(self, config, timeout):
+        self.config = config
+        self.ready = asyncio.get_running_loop().create_future()
+        self.closing = asyncio.Event()
+        self.task = asyncio.create_task(self._hold(timeout))
+
+    async def _hold(self, timeout):
+        try:
+            async with open_session(self.config, timeout=timeout) as session:
+                self.ready.set_result(session)
+                await self.closing.wait()
+        except Exception as exc:
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+
+    async def close(self):
+        self.closing.set()
+        with suppress(Exception):
+            await asyncio.wait_for(self.task, 10)
+
+
+class SessionPool:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = None
+
+    def _loop(self):
+        with self._lock:
+            if self._pid != os.getpid():  # first use, or a forked worker child
+                self._pid = os.getpid()
+                self._held, self._locks = {}, {}
+                self._event_loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._event_loop.run_forever, name="mcp-sessions", daemon=True
+                ).start()
+            return self._event_loop
+
+    def call_tool(self, config, name, arguments, *, meta=None, timeout=30.0):
+        """`tools/call` on the server; raises ServerUnreachable (not reached, or no answer)."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._call(config, name, arguments, meta, timeout), self._loop()
+        )
+        return future.result()
+
+    def close_all(self):
+        if self._pid == os.getpid():
+            asyncio.run_coroutine_threadsafe(self._close_all(), self._event_loop).result(30)
+
+    async def _session(self, config, timeout):
+        lock = self._locks.setdefault(config.id, asyncio.Lock())
+        async with lock:
+            held = self._held.get(config.id)
+            if held is not None and (held.config != config or held.task.done()):
+                await held.close()  # edited in admin, or its transport died
+                held = None
+            if held is None:
+                held = self._held[config.id] = _Held(config, timeout)
+            try:
+                return await held.ready
+            except Exception:
+                self._held.pop(config.id, None)
+                raise
+
+    async def _call(self, config, name, arguments, meta, timeout):
+        session = await self._session(config, timeout)
+        try:
+            return await asyncio.wait_for(
+                session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta),
+                timeout,
+            )
+        except TimeoutError:
+            raise ServerUnreachable(
+                f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"
+            ) from None
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise ServerUnreachable(
+                    f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"
+                ) from None
+            if exc.code != CONNECTION_CLOSED:
+                raise  # the server answered with a JSON-RPC error: the session is fine
+            await self._drop(config)
+            raise ServerUnreachable(f"{config.name}: the connection closed") from exc
+        except Exception as exc:
+            await self._drop(config)
+            raise ServerUnreachable(f"{config.name}: {describe(exc)}") from exc
+
+    async def _drop(self, config):
+        held = self._held.pop(config.id, None)
+        if held is not None:
+            await held.close()
+
+    async def _close_all(self):
+        held, self._held = list(self._held.values()), {}
+        for entry in held:
+            await entry.close()
+
+
+sessions = SessionPool()
