@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
-from a2a.models import PartnerKey
+from a2a.models import A2AMessage, PartnerKey
 
 
 @admin.register(PartnerKey)
@@ -63,3 +63,31 @@ class PartnerKeyAdmin(admin.ModelAdmin):
             key.revoke()
             count += 1
         self.message_user(request, f"{count} key(s) revoked.", messages.SUCCESS)
+
+
+@admin.register(A2AMessage)
+class A2AMessageAdmin(admin.ModelAdmin):
+    """The A2A trace: every task request and response, as sent."""
+
+    list_display = [
+        "created_at",
+        "type",
+        "sender_id",
+        "recipient_id",
+        "state",
+        "status",
+        "context_id",
+        "external",
+    ]
+    list_filter = ["type", "state", "status", "external", "sender_id", "recipient_id"]
+    search_fields = ["message_id", "context_id", "sender_id", "recipient_id"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -5,8 +5,6 @@ import secrets
 from django.db import models
 from django.utils import timezone
 
-from agents.models import Agent
-
 KEY_PREFIX = "mcpk_"
 
 
@@ -19,10 +17,10 @@ class PartnerKey(models.Model):
     """An external agent's API key. Only its SHA-256 is stored; the key is shown once."""
 
     agent = models.ForeignKey(
-        Agent,
+        "agents.Agent",
         on_delete=models.CASCADE,
         related_name="partner_keys",
-        limit_choices_to={"kind": Agent.Kind.EXTERNAL},
+        limit_choices_to={"kind": "external"},
     )
     name = models.CharField(max_length=100, help_text="What the key is for, e.g. 'production'.")
     prefix = models.CharField(
@@ -88,3 +86,51 @@ class PartnerKey(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
+
+
+class A2AMessage(models.Model):
+    """One serialized A2A message (§18): the trace of the local bus and the external endpoint.
+    Local messages are signed by the host; a worker delivers only what verifies."""
+
+    class Type(models.TextChoices):
+        TASK_REQUEST = "task_request"
+        TASK_RESPONSE = "task_response"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        DELIVERED = "delivered"
+        ANSWERED = "answered"
+        REFUSED = "refused"
+
+    message_id = models.UUIDField(unique=True)
+    context_id = models.UUIDField(db_index=True)
+    type = models.CharField(max_length=16, choices=Type.choices)
+    sender_id = models.CharField(max_length=100, db_index=True)
+    recipient_id = models.CharField(max_length=100, db_index=True)
+    reply_to = models.UUIDField(null=True, blank=True, db_index=True)
+    body = models.JSONField(help_text="The message exactly as sent (§18 camelCase keys).")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    status = models.CharField(max_length=16, blank=True, help_text="A response's A2A status.")
+    external = models.BooleanField(default=False, help_text="Came in through the partner API.")
+    signature = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        verbose_name = "A2A message"
+        constraints = [
+            # Every request gets exactly one task response.
+            models.UniqueConstraint(
+                fields=["reply_to"],
+                condition=models.Q(type="task_response"),
+                name="one_response_per_request",
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.type} {self.sender_id} → {self.recipient_id} ({self.state or self.status})"
+
+    @property
+    def parameters(self):
+        return (self.body.get("payload") or {}).get("parameters") or {}

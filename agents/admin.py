@@ -1,20 +1,56 @@
-from django.contrib import admin
+import json
 
-from agents.models import Agent
+from django.contrib import admin, messages
+from django.utils.html import format_html
+
+from agents import runner
+from agents.models import Agent, AgentRun
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["agent_id", "display_name", "kind", "enabled", "granted_pools", "version"]
+    list_display = [
+        "agent_id",
+        "display_name",
+        "kind",
+        "enabled",
+        "granted_pools",
+        "model_or_default",
+        "hands_off_to",
+    ]
     list_filter = ["kind", "enabled", "accessible_pools"]
     search_fields = ["agent_id", "display_name", "description"]
-    filter_horizontal = ["accessible_pools"]
+    filter_horizontal = ["accessible_pools", "targets"]
+    raw_id_fields = ["schedule"]
     fieldsets = [
         (
             None,
             {"fields": ["agent_id", "display_name", "description", "kind", "enabled", "version"]},
         ),
-        ("Pool grants (spec §3.4)", {"fields": ["accessible_pools"]}),
+        (
+            "Pool grants (spec §3.4): the only source of what this agent may call",
+            {"fields": ["accessible_pools"]},
+        ),
+        (
+            "LLM agent",
+            {"fields": ["system_prompt", "model", "max_steps", "token_budget", "handler"]},
+        ),
+        ("Workflow", {"fields": ["hands_off_to", "result_needs_approval", "approval_prompt"]}),
+        (
+            "Director (kind = director)",
+            {
+                "fields": [
+                    "prompt_template",
+                    "targets",
+                    "schedule",
+                    "max_retries",
+                    "backoff_seconds",
+                    "overlap_policy",
+                    "lock_timeout",
+                ],
+                "classes": ["collapse"],
+            },
+        ),
         (
             "A2A card (spec §18.2)",
             {"fields": ["input_schema", "output_schema"], "classes": ["collapse"]},
@@ -22,8 +58,91 @@ class AgentAdmin(admin.ModelAdmin):
     ]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).prefetch_related("accessible_pools")
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("accessible_pools")
+            .select_related("hands_off_to")
+        )
 
     @admin.display(description="accessible pools")
     def granted_pools(self, obj):
         return ", ".join(p.name for p in obj.accessible_pools.all()) or "pool-less MCPlets only"
+
+    @admin.display(description="model")
+    def model_or_default(self, obj):
+        return obj.model or "(MCPLET_LLM_MODEL)"
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(admin.ModelAdmin):
+    """Runs are the durable state of the agents' work: read here, cancelled with the action."""
+
+    list_display = [
+        "short_id",
+        "agent",
+        "status",
+        "context_id",
+        "steps",
+        "tokens",
+        "started_at",
+        "finished_at",
+    ]
+    list_filter = ["status", "agent"]
+    search_fields = ["context_id", "agent__agent_id"]
+    date_hierarchy = "started_at"
+    list_select_related = ["agent"]
+    actions = ["cancel_runs"]
+    fields = [
+        "agent",
+        "partner",
+        "status",
+        "context_id",
+        "parameters_json",
+        "transcript_json",
+        "actions_json",
+        "result_json",
+        "error_json",
+        "steps",
+        "prompt_tokens",
+        "completion_tokens",
+        "waiting_for",
+        "started_at",
+        "finished_at",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="run")
+    def short_id(self, obj):
+        return str(obj.pk)[:8]
+
+    @admin.display(description="tokens")
+    def tokens(self, obj):
+        return obj.total_tokens
+
+    @admin.action(description="Cancel the selected runs (a call they wait for is rejected)")
+    def cancel_runs(self, request, queryset):
+        cancelled = sum(
+            runner.cancel(run, f"Cancelled by {request.user.get_username()}.") for run in queryset
+        )
+        self.message_user(request, f"{cancelled} run(s) cancelled.", messages.SUCCESS)
+
+
+def _pretty(field, label):
+    @admin.display(description=label)
+    def show(self, obj):
+        return format_html(
+            "<pre>{}</pre>", json.dumps(getattr(obj, field), indent=2, ensure_ascii=False)
+        )
+
+    return show
+
+
+for _field in ("parameters", "transcript", "actions", "result", "error"):
+    setattr(AgentRunAdmin, f"{_field}_json", _pretty(_field, _field))

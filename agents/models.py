@@ -1,5 +1,15 @@
-from django.db import models
+import json
+import uuid
+from datetime import timedelta
 
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+from a2a.models import A2AMessage
+from passkey.models import Ceremony
 from pools.models import Pool
 
 
@@ -34,6 +44,83 @@ class Agent(models.Model):
         default=dict, blank=True, help_text="JSON Schema of the result it returns (§18.2)."
     )
     version = models.CharField(max_length=32, default="1.0.0")
+
+    # The built-in LLM agent.
+    system_prompt = models.TextField(
+        blank=True, help_text="What the agent is for; the task's parameters are added to it."
+    )
+    model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="A litellm model string (e.g. openai/gpt-4o, anthropic/claude-sonnet-4-6) or "
+        "scripted/<script> for the offline scripted model. Empty: MCPLET_LLM_MODEL.",
+    )
+    hands_off_to = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="handed_from",
+        help_text="The agent that receives this agent's result as its next task (same contextId).",
+    )
+    result_needs_approval = models.BooleanField(
+        default=False,
+        help_text="A person approves the result (host-only passkey ceremony) before the hand-off.",
+    )
+    approval_prompt = models.CharField(
+        max_length=300, blank=True, help_text="Shown to the approver, e.g. 'Approve the plan'."
+    )
+    handler = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Optional dotted path to a Python class that replaces the built-in LLM loop.",
+    )
+    max_steps = models.PositiveSmallIntegerField(
+        default=8, help_text="LLM turns before the run stops as partial."
+    )
+    token_budget = models.PositiveIntegerField(
+        default=60000, help_text="Tokens (prompt + completion) before the run stops."
+    )
+
+    # The Director (spec §3.4): a cron-started agent that dispatches one task per cycle.
+    prompt_template = models.TextField(
+        blank=True,
+        help_text="Director: rendered each cycle (Django template; {{ today }}, {{ tomorrow }}, "
+        "{{ targets }}) and given to the LLM. Nothing the LLM says can change it.",
+    )
+    targets = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="directed_by",
+        help_text="Director: the only agents it may dispatch to.",
+    )
+    max_retries = models.PositiveSmallIntegerField(
+        default=3, help_text="Director: LLM retries per cycle before the cycle fails."
+    )
+    backoff_seconds = models.FloatField(
+        default=5.0, help_text="Director: first retry delay, doubled at each retry."
+    )
+    overlap_policy = models.CharField(
+        max_length=8,
+        choices=[("skip", "skip the new trigger"), ("queue", "queue it until the cycle ends")],
+        default="skip",
+        help_text="Director: when a trigger fires while a cycle is still running (§3.4).",
+    )
+    lock_timeout = models.PositiveIntegerField(
+        default=120,
+        help_text="Director: seconds the cycle lock lives without a heartbeat (a crashed worker "
+        "blocks the schedule at most this long).",
+    )
+    schedule = models.OneToOneField(
+        PeriodicTask,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="director",
+        help_text="Director: its cron schedule, editable under Periodic tasks.",
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -42,3 +129,124 @@ class Agent(models.Model):
 
     def __str__(self):
         return self.agent_id
+
+    @property
+    def is_internal(self):
+        return self.kind in (self.Kind.INTERNAL, self.Kind.DIRECTOR)
+
+    def schedule_cron(self, expression):
+        """Run this Director on a cron schedule ("minute hour day month weekday", in TIME_ZONE),
+        as a django-celery-beat periodic task operators can pause and edit in admin."""
+        try:
+            minute, hour, day, month, weekday = expression.split()
+        except ValueError:
+            raise ValueError(f"{expression!r} is not a cron expression of five fields") from None
+        crontab, _ = CrontabSchedule.objects.get_or_create(
+            minute=minute,
+            hour=hour,
+            day_of_month=day,
+            month_of_year=month,
+            day_of_week=weekday,
+            timezone=settings.TIME_ZONE,
+        )
+        task, _ = PeriodicTask.objects.update_or_create(
+            name=f"Director {self.agent_id}",
+            defaults={
+                "crontab": crontab,
+                "interval": None,
+                "task": "agents.run_director",
+                "args": json.dumps([self.agent_id]),
+            },
+        )
+        self.schedule = task
+        self.save(update_fields=["schedule"])
+        return task
+
+    def card(self):
+        """The agent's §18.2 card."""
+        card = {"agentId": self.agent_id, "displayName": self.display_name, "version": self.version}
+        if self.description:
+            card["description"] = self.description
+        if self.input_schema:
+            card["inputSchema"] = self.input_schema
+        if self.output_schema:
+            card["outputSchema"] = self.output_schema
+        return card
+
+
+class AgentRun(models.Model):
+    """The durable state of one agent run: the task, the LLM transcript, the tool calls and
+    their envelopes. A run waiting for an approval holds no worker; whichever worker picks it
+    up next continues from here."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+        SUCCESS = "success"
+        ERROR = "error"
+        TIMEOUT = "timeout"
+        CANCELLED = "cancelled"
+        PARTIAL = "partial"
+
+    FINAL = (Status.SUCCESS, Status.ERROR, Status.TIMEOUT, Status.CANCELLED, Status.PARTIAL)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    partner = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="partner_runs"
+    )
+    request = models.OneToOneField(
+        A2AMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="run"
+    )
+    context_id = models.CharField(max_length=64, db_index=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    parameters = models.JSONField(default=dict, blank=True)
+    transcript = models.JSONField(default=list, blank=True)
+    actions = models.JSONField(default=list, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    steps = models.PositiveIntegerField(default=0)
+    output_retries = models.PositiveSmallIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    waiting_for = models.ForeignKey(
+        Ceremony, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["status", "-started_at"])]
+
+    def __str__(self):
+        return f"{self.agent.agent_id} run {str(self.id)[:8]} ({self.status})"
+
+    @property
+    def is_final(self):
+        return self.status in self.FINAL
+
+    @property
+    def total_tokens(self):
+        return self.prompt_tokens + self.completion_tokens
+
+    def claim(self, owner, seconds=300):
+        """Take the run's lease so one worker at a time advances it (a dead worker's lease
+        simply expires). True if taken."""
+        now = timezone.now()
+        taken = (
+            AgentRun.objects.filter(pk=self.pk, status=self.Status.RUNNING)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
+            .update(lease_until=now + timedelta(seconds=seconds), lease_owner=owner)
+        )
+        if taken:
+            self.refresh_from_db()
+        return bool(taken)
+
+    def release(self, owner):
+        AgentRun.objects.filter(pk=self.pk, lease_owner=owner).update(
+            lease_until=None, lease_owner=""
+        )

@@ -65,7 +65,9 @@ def parse_args(argv=None):
         action="store_true",
         help="after the timed runs, discover once more under cProfile and print the hot spots",
     )
-    parser.add_argument("--profile-size", type=int, help="which of --sizes to profile (default: largest)")
+    parser.add_argument(
+        "--profile-size", type=int, help="which of --sizes to profile (default: largest)"
+    )
     parser.add_argument("--top", type=int, default=25, help="rows of profile output")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

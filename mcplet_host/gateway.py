@@ -6,7 +6,6 @@ import json
 import time
 from dataclasses import dataclass
 
-from celery import current_app
 from django.apps import apps
 from django.conf import settings
 from django.db import transaction
@@ -360,25 +359,14 @@ def call_tool(
 
 # --- resuming a held call -----------------------------------------------------------------------
 
-DECLINED = {
-    Ceremony.Status.REJECTED: (
-        "X_APPROVAL_REJECTED",
-        "The approver rejected this call; nothing ran.",
-    ),
-    Ceremony.Status.EXPIRED: (
-        "X_APPROVAL_EXPIRED",
-        "Nobody approved this call in time; nothing ran.",
-    ),
-}
-
 
 def resume(ceremony_id):
     """Run (or refuse) a decided call exactly once, then tell its continuation. Safe to call
     any number of times, from any worker: only the first call after the decision acts."""
     with transaction.atomic():
         ceremony = Ceremony.objects.select_for_update().get(pk=ceremony_id)
-        if ceremony.status in DECLINED and ceremony.result is None:
-            code, message = DECLINED[ceremony.status]
+        if ceremony.status in Ceremony.DECLINED and ceremony.result is None:
+            code, message = Ceremony.DECLINED[ceremony.status]
             ceremony.result = _error(code, message, ceremony.tool_name, ceremony.mcplet)
             ceremony.save(update_fields=["result"])
             return _finish(ceremony)
@@ -453,10 +441,5 @@ def _load_agent(agent_id):
 
 
 def _finish(ceremony):
-    if ceremony.continuation:
-        transaction.on_commit(
-            lambda: current_app.send_task(
-                ceremony.continuation, args=[ceremony.pk, ceremony.continuation_ref]
-            )
-        )
+    ceremony.notify_continuation()
     return ceremony

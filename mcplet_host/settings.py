@@ -4,6 +4,7 @@ Unset REDIS_URL means the embedded mode: Celery's in-memory broker, a local-memo
 the in-memory channel layer, all inside one `runhost` process.
 """
 
+import os
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,6 +22,8 @@ from mcplet_host.config import (
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# litellm fetches its model price list at import unless told to use its bundled copy.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 VAR_DIR = Path(env_str("MCPLET_VAR_DIR", str(BASE_DIR / "var")))
 
 # A local .env (written by `make run`) never overrides the real environment.
@@ -87,6 +90,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions serialise writers instead of failing with "database is locked".
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # A file, not shared-cache memory: threads then wait for locks instead of failing. One per
+    # process, so two test runs never share it (pytest-django deletes it afterwards).
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -150,6 +156,8 @@ CELERY_TIMEZONE = TIME_ZONE
 # --- LLM, passkeys, e-mail -------------------------------------------------------------------
 
 MCPLET_LLM_MODEL = env_str("MCPLET_LLM_MODEL", "scripted/reference")
+# Where the offline scripted model finds `scripted/<name>` scripts (comma-separated).
+MCPLET_SCRIPT_DIRS = env_list("MCPLET_SCRIPT_DIRS", [str(BASE_DIR / "agents" / "scripts")])
 
 PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
 PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")

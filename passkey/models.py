@@ -3,13 +3,13 @@ import json
 import secrets
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
 from django.utils import timezone
 
 from mcplet_host import audit
+from mcplet_host.celery import enqueue
 
 RESUME_TASK = "mcplet_host.resume_call"
 ASSERTION_CACHE_TTL = 120  # seconds an assertion may wait in the cache for its injection
@@ -52,8 +52,17 @@ class Ceremony(models.Model):
         STRICT = "strict", "strict (the MCPlet verifies the passkey assertion)"
         HOST_ONLY = "host-only", "host-only (the host's confirmation is enough)"
 
-    FINAL = (Status.EXECUTED, Status.REJECTED, Status.EXPIRED, Status.FAILED)
+    class Kind(models.TextChoices):
+        TOOL_CALL = "tool_call", "a tool call"
+        RESULT = "result", "an agent's result (e.g. a plan) before its hand-off"
 
+    FINAL = (Status.EXECUTED, Status.REJECTED, Status.EXPIRED, Status.FAILED)
+    DECLINED = {
+        Status.REJECTED: ("X_APPROVAL_REJECTED", "The approver rejected this; nothing ran."),
+        Status.EXPIRED: ("X_APPROVAL_EXPIRED", "Nobody approved this in time; nothing ran."),
+    }
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TOOL_CALL)
     token = models.CharField(max_length=64, unique=True, editable=False)
     nonce = models.CharField(max_length=64, editable=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -62,7 +71,7 @@ class Ceremony(models.Model):
     partner_id = models.CharField(max_length=100, blank=True)
     trace_id = models.CharField(max_length=64, blank=True, db_index=True)
     mcplet = models.ForeignKey("pools.Mcplet", null=True, on_delete=models.SET_NULL)
-    server_name = models.CharField(max_length=100)
+    server_name = models.CharField(max_length=100, blank=True)
     tool_name = models.CharField(max_length=200)
     surface = models.CharField(max_length=8)
     arguments = models.JSONField()
@@ -124,6 +133,29 @@ class Ceremony(models.Model):
             continuation_ref=continuation_ref,
         )
 
+    @classmethod
+    def open_for_result(
+        cls, *, agent_id, result, prompt_message, trace_id="", continuation="", continuation_ref=""
+    ):
+        """Hold an agent's result for a person's confirmation (host-only: no tool runs)."""
+        name = f"approve result of {agent_id}"
+        return cls.objects.create(
+            kind=cls.Kind.RESULT,
+            token=secrets.token_urlsafe(24),
+            nonce=secrets.token_hex(32),
+            agent_id=agent_id,
+            trace_id=trace_id,
+            tool_name=name,
+            surface="app",
+            arguments=result,
+            arguments_hash=arguments_hash(name, result),
+            prompt_message=prompt_message,
+            enforcement=cls.Enforcement.HOST_ONLY,
+            expires_at=timezone.now() + timedelta(seconds=settings.MCPLET_APPROVAL_TTL),
+            continuation=continuation,
+            continuation_ref=continuation_ref,
+        )
+
     @property
     def is_final(self):
         return self.status in self.FINAL
@@ -148,7 +180,7 @@ class Ceremony(models.Model):
             ceremony.decided_at = timezone.now()
             ceremony.save(update_fields=["status", "decided_by", "decided_at"])
             ceremony._audit(audit.EventType.PERMISSION_GRANTED, audit.SUCCESS)
-            transaction.on_commit(lambda: current_app.send_task(RESUME_TASK, args=[self.pk]))
+            ceremony._after_decision()
         self.refresh_from_db()
         return True
 
@@ -162,9 +194,32 @@ class Ceremony(models.Model):
             ceremony.decided_at = timezone.now()
             ceremony.save(update_fields=["status", "decided_by", "decided_at"])
             ceremony._audit(audit.EventType.PERMISSION_DENIED, audit.BLOCKED)
-            transaction.on_commit(lambda: current_app.send_task(RESUME_TASK, args=[self.pk]))
+            ceremony._after_decision()
         self.refresh_from_db()
         return True
+
+    def _after_decision(self):
+        """A tool call goes to the gateway to run (or be refused) once; a result is settled here
+        and its continuation told."""
+        if self.kind == self.Kind.TOOL_CALL:
+            transaction.on_commit(lambda: enqueue(RESUME_TASK, [self.pk]))
+            return
+        if self.status == self.Status.APPROVED:
+            self.status, self.executed_at = self.Status.EXECUTED, timezone.now()
+            self.result = {"approved": True, "approvedAt": self.decided_at.isoformat()}
+        else:
+            self.result = self.decline_error()
+        self.save(update_fields=["status", "executed_at", "result"])
+        self.notify_continuation()
+
+    def decline_error(self):
+        code, message = self.DECLINED[self.status]
+        return {"error": {"code": code, "message": message}}
+
+    def notify_continuation(self):
+        if self.continuation:
+            task, args = self.continuation, [self.pk, self.continuation_ref]
+            transaction.on_commit(lambda: enqueue(task, args))
 
     def _audit(self, event_type, result):
         """Who decided what, and when — never the assertion itself."""

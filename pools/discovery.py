@@ -229,6 +229,11 @@ TRACKED_FIELDS = [
 ]
 
 
+def _tracked(mcplet):
+    # attname: compare the pool by its id, without loading the Pool of every tool.
+    return {f: getattr(mcplet, Mcplet._meta.get_field(f).attname) for f in TRACKED_FIELDS}
+
+
 @dataclass
 class DiscoveryReport:
     server: str
@@ -302,11 +307,11 @@ def apply_snapshot(server_id, tools):
                 to_create.append(mcplet)
                 events.append(_tool_event(server, mcplet, fields["status"]))
             else:
-                before = {f: getattr(mcplet, f) for f in TRACKED_FIELDS}
+                before = _tracked(mcplet)
                 for name, value in fields.items():
                     setattr(mcplet, name, value)
                 mcplet.sync_surfaces()
-                if before != {f: getattr(mcplet, f) for f in TRACKED_FIELDS}:
+                if before != _tracked(mcplet):
                     to_update.append(mcplet)
                     what = mcplet.status if before["status"] != mcplet.status else "changed"
                     events.append(_tool_event(server, mcplet, what))

@@ -1,5 +1,7 @@
 """Client sessions to registered MCP servers (stdio or streamable HTTP), via the `mcp` SDK."""
 
+import functools
+import ssl
 import sys
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -10,7 +12,6 @@ from django.conf import settings
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 # `python` in a stdio command means the host's own interpreter, so `python -m mcplets...` runs
 # with the host's packages whatever the PATH of the process that launched the host.
@@ -66,6 +67,12 @@ def describe(exc):
     return f"{type(exc).__name__}: {text}"
 
 
+@functools.cache
+def _ssl_context():
+    # Loading the CA bundle costs ~26 ms: once per process, not once per session.
+    return ssl.create_default_context()
+
+
 @asynccontextmanager
 async def open_session(config, *, timeout=30.0, message_handler=None):
     """An initialized `ClientSession` to the server; ServerUnreachable if it cannot be opened."""
@@ -82,9 +89,10 @@ async def open_session(config, *, timeout=30.0, message_handler=None):
                 )
                 read, write = await stack.enter_async_context(stdio_client(params))
             else:
-                client = create_mcp_http_client(
+                client = httpx2.AsyncClient(
                     headers=dict(config.headers),
                     timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
+                    verify=_ssl_context(),
                 )
                 await stack.enter_async_context(client)
                 read, write = await stack.enter_async_context(

@@ -1,4 +1,11 @@
+import json
+
 import pytest
+
+from agents.models import Agent
+from mcplets.examples.programmable import stdio_params, write_spec
+from pools.discovery import discover
+from pools.models import McpServer, Pool
 
 
 @pytest.fixture
@@ -6,3 +13,96 @@ def staff_client(client, django_user_model):
     user = django_user_model.objects.create_superuser("operator", "op@example.org", "pw-operator-1")
     client.force_login(user)
     return client
+
+
+STRICT = {"required": "passkey", "enforcement": "strict", "promptMessage": "Approve the e-mail"}
+HOST_ONLY = {"required": "passkey", "enforcement": "host-only", "promptMessage": "Approve the plan"}
+FILTER = {"type": "object", "properties": {"filter": {"type": "string"}}, "required": ["filter"]}
+URL = {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}
+EMAIL = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "array", "items": {"type": "string"}},
+        "body": {"type": "string"},
+    },
+    "required": ["to", "body"],
+}
+STATS_SCHEMA = {
+    "type": "object",
+    "properties": {"visits": {"type": "integer"}},
+    "required": ["visits"],
+}
+
+
+def entry(name, mcplet_type="read", visibility=("model",), schema=None, **meta):
+    return {
+        "name": name,
+        "description": f"{name} (test)",
+        "inputSchema": schema or {"type": "object", "properties": {}},
+        "_meta": {"mcpletType": mcplet_type, "visibility": list(visibility), **meta},
+    }
+
+
+def reference_tools():
+    stats = entry(
+        "read_site_stats",
+        pool="media-pool",
+        mcpletToolResultSchemaUri="mcplet://tool-result-schema/read_site_stats",
+    )
+    stats |= {"resultSchema": STATS_SCHEMA, "result": {"visits": 1200}}
+    broken = entry(
+        "broken_stats", mcpletToolResultSchemaUri="mcplet://tool-result-schema/broken_stats"
+    )
+    broken |= {"resultSchema": STATS_SCHEMA, "result": {"visits": "many"}}
+    return [
+        entry("query_crm", schema=FILTER),
+        entry("fetch_web_content", pool="info-pool", schema=URL),
+        stats,
+        broken,
+        entry("send_email", "action", ("app",), schema=EMAIL, pool="media-pool", auth=STRICT),
+        entry("approve_plan", "prepare", ("model", "app"), auth=HOST_ONLY),
+        entry("app_only_lookup", "read", ("app",)),
+    ]
+
+
+class Calls:
+    """What the MCP server actually received (its calls log)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, name=None):
+        if not self.path.exists():
+            return []
+        calls = [json.loads(line) for line in self.path.read_text().splitlines()]
+        return [c for c in calls if name is None or c["name"] == name]
+
+
+@pytest.fixture
+def calls(tmp_path):
+    return Calls(tmp_path / "calls.jsonl")
+
+
+@pytest.fixture
+def registry(tmp_path, calls):
+    """The reference tools on one stdio server, discovered, with the plan's pools and agents."""
+    info = Pool.objects.create(name="info-pool", rate_limit_per_minute=120)
+    media = Pool.objects.create(name="media-pool", rate_limit_per_minute=60)
+    spec = tmp_path / "tools.json"
+    write_spec(spec, reference_tools())
+    command, args = stdio_params(spec, calls_log=calls.path)
+    server = McpServer.objects.create(
+        name="reference", transport="stdio", command=command, args=args
+    )
+    discover(server)
+    agents = {
+        "info": Agent.objects.create(agent_id="info-gathering-agent", display_name="Info"),
+        "planning": Agent.objects.create(agent_id="planning-agent", display_name="Planning"),
+        "dispatch": Agent.objects.create(agent_id="dispatch-agent", display_name="Dispatch"),
+        "partner": Agent.objects.create(
+            agent_id="partner-bot", display_name="Partner", kind="external"
+        ),
+    }
+    agents["info"].accessible_pools.set([info])
+    agents["dispatch"].accessible_pools.set([media])
+    return {"server": server, "info-pool": info, "media-pool": media, **agents}

@@ -31,28 +31,15 @@ def manage(*args, timeout=120):
 
 
 @contextmanager
-def celery_worker(log_path, name="worker"):
+def celery_worker(log_path, name="worker", concurrency=2, **env):
     """A real worker process (threads pool) consuming from the real broker."""
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "mcplet_host",
-        "worker",
-        "-P",
-        "threads",
-        "-c",
-        "2",
-        "-n",
-        f"{name}@%h",
-        "--without-mingle",
-        "--without-gossip",
-        "--loglevel",
-        "INFO",
-    ]
+    command = [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker"]
+    command += ["-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h"]
+    command += ["--without-mingle", "--without-gossip", "--loglevel", "INFO"]
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=log, stderr=log)
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=environment(**env), stdout=log, stderr=log
+        )
     try:
         wait_until(lambda: "ready." in Path(log_path).read_text(), f"{name} to start", process)
         yield process

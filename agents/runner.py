@@ -1,0 +1,400 @@
+"""The built-in LLM agent (spec §3.4, §4.2, §8.2): the tool-use loop, action dispatch, result
+approval and hand-off, driven from the durable AgentRun so any worker can continue it.
+
+Each call to `advance()` moves a run as far as it can — until it finishes, or until it must
+wait for a person (an approval), in which case the worker is released and the gateway's
+continuation (`agents.resume_run`) calls `advance()` again later.
+"""
+
+import json
+import logging
+import secrets
+
+import jsonschema
+from django.conf import settings
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from a2a import bus
+from agents import llm
+from agents.models import AgentRun
+from mcplet_host import audit, gateway
+from passkey.models import Ceremony
+
+log = logging.getLogger(__name__)
+
+RESUME_TASK = "agents.resume_run"
+OUTPUT_RETRIES = 1  # an answer that breaks the output schema is retried once, with the error
+
+
+def start(request, agent, partner=None):
+    """A run for a delivered task request (idempotent: a redelivery finds the same run)."""
+    run, _ = AgentRun.objects.get_or_create(
+        request=request,
+        defaults={
+            "agent": agent,
+            "partner": partner,
+            "context_id": str(request.context_id),
+            "parameters": request.parameters,
+            "transcript": _opening(agent, request),
+        },
+    )
+    return run
+
+
+def _opening(agent, request):
+    history = (request.body.get("payload") or {}).get("history") or []
+    system = agent.system_prompt or f"You are {agent.display_name}."
+    if agent.output_schema:
+        system += (
+            "\n\nAnswer with one JSON object matching this JSON Schema, and nothing else:\n"
+            + json.dumps(agent.output_schema)
+        )
+    task = json.dumps(
+        {"from": request.sender_id, "parameters": request.parameters}, ensure_ascii=False
+    )
+    return [
+        {"role": "system", "content": system},
+        *[{"role": m["role"], "content": m["content"]} for m in history],
+        {"role": "user", "content": f"Your task:\n{task}"},
+    ]
+
+
+def advance(run_id):
+    run = AgentRun.objects.select_related("agent", "partner", "request").get(pk=run_id)
+    owner = secrets.token_hex(8)
+    if not run.claim(owner):
+        return run  # finished, waiting, or another worker holds it
+    try:
+        if run.agent.handler:
+            import_string(run.agent.handler)(run).advance()
+        else:
+            Loop(run).advance()
+    except Exception as exc:  # the run must end with a response, whatever broke
+        log.exception("run %s failed", run.pk)
+        finish(run, AgentRun.Status.ERROR, error={"message": f"{type(exc).__name__}: {exc}"})
+    finally:
+        run.release(owner)
+    return run
+
+
+def resume(ceremony_id, ref):
+    """The continuation of a held call or result: record its outcome, then advance the run."""
+    run_id, _, key = ref.partition(":")
+    run = AgentRun.objects.filter(pk=run_id).first()
+    ceremony = Ceremony.objects.get(pk=ceremony_id)
+    if run is None or run.is_final:
+        return
+    if AgentRun.objects.filter(pk=run.pk, status=AgentRun.Status.AWAITING_APPROVAL).update(
+        status=AgentRun.Status.RUNNING, waiting_for=None
+    ):
+        log.info("run %s resumes after %s (%s)", run.pk, key, ceremony.status)
+    advance(run.pk)
+
+
+class Loop:
+    def __init__(self, run):
+        self.run, self.agent = run, run.agent
+
+    # --- the state machine ---------------------------------------------------------------------
+
+    def advance(self):
+        run = self.run
+        while run.status == AgentRun.Status.RUNNING:
+            if self._answer_pending_tool_calls() or self._dispatch_actions():
+                return  # waiting for a person
+            if run.result is not None:
+                self._conclude()
+                return
+            if not self._think():
+                return
+
+    def _think(self):
+        """One LLM turn. False when the run ended."""
+        run, agent = self.run, self.agent
+        if run.steps >= agent.max_steps:
+            finish(
+                run,
+                AgentRun.Status.PARTIAL,
+                error={
+                    "message": f"Stopped after {run.steps} LLM turns (the agent's step limit).",
+                    "code": "X_STEP_LIMIT",
+                },
+            )
+            return False
+        if run.total_tokens >= agent.token_budget:
+            finish(
+                run,
+                AgentRun.Status.PARTIAL,
+                error={
+                    "message": f"Stopped at {run.total_tokens} tokens (the agent's token budget).",
+                    "code": "X_TOKEN_BUDGET",
+                },
+            )
+            return False
+        tools = [
+            llm.tool_spec(t.name, t.description, t.input_schema)
+            for t in gateway.tools_for(agent, run.partner)
+        ]
+        try:
+            reply = llm.complete(
+                run.transcript,
+                model=agent.model or settings.MCPLET_LLM_MODEL,
+                tools=tools or None,
+                agent_id=agent.agent_id,
+            )
+        except llm.LLMError as exc:
+            status = (
+                AgentRun.Status.TIMEOUT if "timeout" in str(exc).lower() else AgentRun.Status.ERROR
+            )
+            finish(run, status, error={"message": str(exc), "code": "X_LLM_ERROR"})
+            return False
+        run.steps += 1
+        run.prompt_tokens += reply.usage.prompt_tokens
+        run.completion_tokens += reply.usage.completion_tokens
+        run.transcript.append(reply.raw_message)
+        if not reply.tool_calls:
+            self._read_answer(reply.text or "")
+        run.save()
+        return True
+
+    def _read_answer(self, text):
+        run, schema = self.run, self.agent.output_schema
+        if not schema:
+            try:
+                answer = _as_json(text)
+            except ValueError:
+                answer = None
+            run.result = answer if isinstance(answer, dict) else {"answer": text}
+            return
+        try:
+            answer = _as_json(text)
+            jsonschema.validate(answer, schema)
+        except (ValueError, jsonschema.ValidationError) as exc:
+            problem = exc.message if isinstance(exc, jsonschema.ValidationError) else str(exc)
+            if run.output_retries < OUTPUT_RETRIES:
+                run.output_retries += 1
+                run.transcript.append(
+                    {
+                        "role": "user",
+                        "content": "Your answer does not match "
+                        f"the output schema: {problem}. Answer again with the "
+                        "JSON object only.",
+                    }
+                )
+                return
+            finish(
+                run,
+                AgentRun.Status.ERROR,
+                error={
+                    "message": f"The answer does not match the agent's output schema: {problem}",
+                    "code": "VALIDATION_ERROR",
+                },
+            )
+            return
+        run.result = answer
+
+    # --- tool calls ----------------------------------------------------------------------------
+
+    def _answer_pending_tool_calls(self):
+        """Run the last turn's unanswered tool calls through the gateway. True if one waits."""
+        run = self.run
+        for call in _unanswered(run.transcript):
+            ref = f"{run.pk}:{call['id']}"
+            ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
+            if ceremony is not None:  # this call was held: its outcome, or keep waiting
+                if not ceremony.is_final:
+                    return self._wait(ceremony)
+                envelope = ceremony.result
+            else:
+                name, arguments = call["function"]["name"], call["function"].get("arguments")
+                try:
+                    arguments = json.loads(arguments or "{}")
+                except ValueError as exc:
+                    arguments = {"__unparseable__": str(exc)}
+                outcome = gateway.call_tool(
+                    self.agent,
+                    name,
+                    arguments,
+                    "model",
+                    run.context_id,
+                    partner=run.partner,
+                    continuation=RESUME_TASK,
+                    continuation_ref=ref,
+                )
+                if outcome.status == "pending":
+                    return self._wait(outcome.ceremony)
+                envelope = outcome.envelope
+            run.transcript.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(envelope)}
+            )
+            run.save(update_fields=["transcript", "updated_at"])
+        return False
+
+    # --- action dispatch (§4.2, §8.2) ------------------------------------------------------------
+
+    def _dispatch_actions(self):
+        """Proposed actions in the result run one by one through the gateway on the app surface
+        (so through an approval). True while one waits."""
+        run = self.run
+        if run.result is None or not run.actions and not run.result.get("actions"):
+            return False
+        if not run.actions:
+            run.actions = [
+                {
+                    "tool": a.get("tool"),
+                    "arguments": a.get("arguments") or {},
+                    "why": a.get("why", ""),
+                }
+                for a in run.result["actions"]
+                if isinstance(a, dict)
+            ]
+        for index, action in enumerate(run.actions):
+            if "outcome" in action:
+                continue
+            ref = f"{run.pk}:action-{index}"
+            ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
+            if ceremony is None:
+                outcome = gateway.call_tool(
+                    self.agent,
+                    action["tool"],
+                    action["arguments"],
+                    "app",
+                    run.context_id,
+                    partner=run.partner,
+                    continuation=RESUME_TASK,
+                    continuation_ref=ref,
+                )
+                if outcome.status == "pending":
+                    run.save(update_fields=["actions", "updated_at"])
+                    return self._wait(outcome.ceremony)
+                action["outcome"] = outcome.envelope
+            elif ceremony.is_final:
+                action["outcome"] = ceremony.result
+            else:
+                return self._wait(ceremony)
+            run.save(update_fields=["actions", "updated_at"])
+        return False
+
+    # --- the end -------------------------------------------------------------------------------
+
+    def _conclude(self):
+        run, agent = self.run, self.agent
+        result = dict(run.result)
+        if run.actions:
+            done = [a for a in run.actions if "result" in (a.get("outcome") or {})]
+            result["actions"] = run.actions
+            result["dispatched"] = {"succeeded": len(done), "failed": len(run.actions) - len(done)}
+        if agent.result_needs_approval:
+            ref = f"{run.pk}:result"
+            ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
+            if ceremony is None:
+                ceremony = Ceremony.open_for_result(
+                    agent_id=agent.agent_id,
+                    result=result,
+                    trace_id=run.context_id,
+                    prompt_message=agent.approval_prompt
+                    or f"Approve the result of {agent.display_name}",
+                    continuation=RESUME_TASK,
+                    continuation_ref=ref,
+                )
+                audit.record(
+                    "mcplet.approval.requested",
+                    actor_type=audit.ActorType.AGENT,
+                    actor_id=agent.agent_id,
+                    target_tool=ceremony.tool_name,
+                    result=audit.PENDING,
+                    trace_id=run.context_id,
+                    details={"ceremony": ceremony.token[:8], "kind": "result"},
+                )
+            if not ceremony.is_final:
+                self._wait(ceremony)
+                return
+            if ceremony.status != Ceremony.Status.EXECUTED:
+                finish(
+                    run, AgentRun.Status.CANCELLED, result=result, error=ceremony.result["error"]
+                )
+                return
+            result["approvedAt"] = ceremony.result["approvedAt"]
+        status = AgentRun.Status.SUCCESS
+        if run.actions and result["dispatched"]["failed"]:
+            status = (
+                AgentRun.Status.PARTIAL
+                if result["dispatched"]["succeeded"]
+                else AgentRun.Status.CANCELLED
+            )
+        finish(run, status, result=result)
+
+    def _wait(self, ceremony):
+        run = self.run
+        run.status, run.waiting_for = AgentRun.Status.AWAITING_APPROVAL, ceremony
+        run.save(update_fields=["status", "waiting_for", "transcript", "actions", "updated_at"])
+        audit.record(
+            "agent.run.awaiting_approval",
+            actor_type=audit.ActorType.AGENT,
+            actor_id=self.agent.agent_id,
+            target_tool=ceremony.tool_name,
+            result=audit.PENDING,
+            trace_id=run.context_id,
+            details={"run": str(run.pk), "ceremony": ceremony.token[:8]},
+        )
+        return True
+
+
+def finish(run, status, *, result=None, error=None):
+    """End the run: the one task response to its request, the audit event, and the hand-off."""
+    run.status, run.finished_at = status, timezone.now()
+    if result is not None:
+        run.result = result
+    run.error = error
+    run.save()
+    if run.request is not None:
+        bus.respond(
+            run.request,
+            status,
+            result=run.result if status != "error" else None,
+            error=error if status != "success" else None,
+        )
+    audit.record(
+        "agent.run.finished",
+        actor_type=audit.ActorType.AGENT,
+        actor_id=run.agent.agent_id,
+        result=audit.SUCCESS if status == AgentRun.Status.SUCCESS else audit.FAILURE,
+        trace_id=run.context_id,
+        details={
+            "run": str(run.pk),
+            "status": status,
+            "steps": run.steps,
+            "tokens": run.total_tokens,
+            **({"error": error} if error else {}),
+        },
+    )
+    target = run.agent.hands_off_to
+    if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
+        bus.send_task(run.agent.agent_id, target.agent_id, run.result, context_id=run.context_id)
+
+
+def _unanswered(transcript):
+    """The tool calls of the last assistant turn that have no tool message yet."""
+    answered = {m.get("tool_call_id") for m in transcript if m.get("role") == "tool"}
+    for message in reversed(transcript):
+        if message.get("role") == "assistant":
+            return [c for c in message.get("tool_calls") or [] if c["id"] not in answered]
+    return []
+
+
+def _as_json(text):
+    text = text.strip()
+    if text.startswith("```"):  # a fenced answer: keep what is inside
+        text = text.strip("`").removeprefix("json").strip()
+    return json.loads(text)
+
+
+def cancel(run, reason="Cancelled by an operator."):
+    """Cancel a run that has not finished; a held call it waits for is rejected."""
+    if run.is_final:
+        return False
+    if run.waiting_for is not None and not run.waiting_for.is_final:
+        run.waiting_for.decline(Ceremony.Status.REJECTED)
+    finish(run, AgentRun.Status.CANCELLED, error={"message": reason, "code": "X_CANCELLED"})
+    return True

@@ -1,0 +1,50 @@
+"""Celery tasks of the agent layer. They take ids, and a redelivered task does no harm: a
+delivery finds its run, an advance needs the run's lease, a resume checks the run's state."""
+
+from celery import shared_task
+
+from a2a import bus
+from agents import director, runner
+from agents.models import Agent
+
+
+@shared_task(name="agents.deliver", acks_late=True, ignore_result=True)
+def deliver(message_id, signature):
+    """Deliver a local A2A task request — if the host signed it, its sender is a registered
+    internal agent and its recipient exists (§16.4) — and run the recipient on it."""
+    request, reason = bus.authenticate(message_id, signature)
+    if not reason:
+        sender = Agent.objects.filter(agent_id=request.sender_id).first()
+        recipient = Agent.objects.filter(agent_id=request.recipient_id).first()
+        if not request.external and (
+            sender is None or not sender.is_internal or not sender.enabled
+        ):
+            reason = f"the sender {request.sender_id!r} is not a registered internal agent"
+        elif recipient is None or not recipient.is_internal:
+            reason = f"the recipient {request.recipient_id!r} is not an agent of this host"
+        elif not recipient.enabled:
+            reason = f"the recipient {request.recipient_id!r} is disabled"
+    if reason:
+        bus.refuse(message_id, request, reason)
+        return
+    partner = sender if request.external else None
+    run = runner.start(request, recipient, partner)
+    bus.mark_delivered(request)
+    runner.advance(run.pk)
+
+
+@shared_task(name="agents.advance_run", acks_late=True, ignore_result=True)
+def advance_run(run_id):
+    runner.advance(run_id)
+
+
+@shared_task(name="agents.resume_run", acks_late=True, ignore_result=True)
+def resume_run(ceremony_id, ref):
+    """The gateway's continuation: a held call (or result) was decided."""
+    runner.resume(ceremony_id, ref)
+
+
+@shared_task(name="agents.run_director", ignore_result=True)
+def run_director(agent_id):
+    """Beat's trigger for one Director cycle (never two at once: see director.run_cycle)."""
+    director.run_cycle(agent_id)

@@ -1,0 +1,358 @@
+"""Gateway benchmark: the per-call overhead, and the LLM tool-list query at scale.
+
+    SECRET_KEY=bench .venv/bin/python bench/gateway.py [--calls 1000] [--runs 200]
+        [--others 10000] [--profile [--top 25]]
+
+Part 1 calls the same read MCPlet over streamable HTTP `--calls` times directly with the `mcp`
+client (one session, one event loop) and `--calls` times through `gateway.call_tool` (resolve,
+surface, grants, arguments, rate limit, the session pool, the envelope, the audit event), and
+prints the median, p95, mean and calls/s of both, the ratio of the medians gateway/direct, then
+the median of the whole gateway call and of each of its steps, timed in interleaved rounds.
+With `--profile`, or when the ratio is over 3, one batch of gateway calls is run under cProfile
+(the main thread only: the MCP round trip itself runs on the session pool's loop thread and
+shows up as waiting in `future.result`).
+
+Part 2 times `list(gateway.tools_for(agent))` (median of `--runs`) for an agent granted one pool
+of 20 MCPlets (plus 10 pool-less ones), first with 10 MCPlets in pools it does not hold, then
+with `--others`; it prints both medians, their ratio (near 1 when the other pools are never
+read), the query count, the SQL and the plan (after ANALYZE).
+
+The database is a throwaway SQLite file unless DATABASE_URL is set (a PostgreSQL database is
+created if missing); the tables used are flushed at the start. Nothing is asserted.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import logging
+import os
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+FILTER = {"type": "object", "properties": {"filter": {"type": "string"}}, "required": ["filter"]}
+TOOL = {
+    "name": "query_crm",
+    "description": "Look customers up (benchmark)",
+    "inputSchema": FILTER,
+    "_meta": {"mcpletType": "read", "visibility": ["model"], "pool": "info-pool"},
+}
+ARGS = {"filter": "rain"}
+WARMUP = 20
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000, help="timed calls per path")
+    parser.add_argument("--runs", type=int, default=200, help="timed tool-list queries per size")
+    parser.add_argument("--others", type=int, default=10_000, help="MCPlets in other pools")
+    parser.add_argument("--profile", action="store_true", help="profile gateway calls anyway")
+    parser.add_argument("--top", type=int, default=25, help="rows of profile output")
+    return parser.parse_args(argv)
+
+
+# --- database ---------------------------------------------------------------------------------
+
+
+def ensure_postgres_database(url):
+    import dj_database_url
+    import psycopg
+    from psycopg import sql
+
+    config = dj_database_url.parse(url)
+    params = {"HOST": "host", "PORT": "port", "USER": "user", "PASSWORD": "password"}
+    params = {arg: config[key] for key, arg in params.items() if config.get(key)}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        query = "SELECT 1 FROM pg_database WHERE datname = %s"
+        if not conn.execute(query, (config["NAME"],)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
+
+
+def setup_database(workdir):
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
+    url = os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
+    if url.startswith(("postgres://", "postgresql://")):
+        ensure_postgres_database(url)
+
+    import django
+
+    django.setup()
+    for name in ("httpx", "httpx2", "mcp"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.core.management.color import no_style
+    from django.db import connection
+
+    from agents.models import Agent
+    from mcplet_host.models import AuditChainHead, AuditEvent
+    from passkey.models import Ceremony
+    from pools.models import Mcplet, McpServer, Pool
+
+    call_command("migrate", verbosity=0)
+    models = [Ceremony, Mcplet, McpServer, Agent.accessible_pools.through, Agent, Pool]
+    tables = [m._meta.db_table for m in [*models, AuditEvent, AuditChainHead]]
+    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True, allow_cascade=True)
+    connection.ops.execute_sql_flush(flush)
+    cache = settings.CACHES["default"]["BACKEND"].rsplit(".", 1)[-1]
+    print(f"database: {connection.vendor} {connection.settings_dict['NAME']}; cache: {cache}")
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def stats(seconds):
+    ms = [s * 1000 for s in seconds]
+    return {
+        "median": statistics.median(ms),
+        "p95": statistics.quantiles(ms, n=20)[18] if len(ms) > 1 else ms[0],
+        "mean": statistics.fmean(ms),
+        "rate": len(ms) / sum(seconds),
+    }
+
+
+def show(label, f):
+    print(
+        f"  {label:<8} median {f['median']:7.3f} ms   p95 {f['p95']:7.3f} ms   "
+        f"mean {f['mean']:7.3f} ms   {f['rate']:7.0f} calls/s"
+    )
+
+
+def timed(func, count):
+    seconds = []
+    for _ in range(count):
+        start = time.perf_counter()
+        func()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+# --- part 1: per-call overhead ----------------------------------------------------------------
+
+
+async def direct_calls(url, count):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        for _ in range(WARMUP):
+            await session.call_tool("query_crm", ARGS)
+        seconds = []
+        for _ in range(count):
+            start = time.perf_counter()
+            await session.call_tool("query_crm", ARGS)
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def gateway_steps(call, agent, count):
+    """The gateway call and each of its steps, timed in interleaved rounds (so that a change of
+    machine load hits them all alike): {label: median ms}."""
+    from mcplet_host import audit, gateway
+    from pools.mcp_client import ServerConfig
+    from pools.sessions import sessions
+
+    mcplet = gateway._check("query_crm", ARGS, agent, None, "model")
+    config = ServerConfig.of(mcplet.server)
+    result = sessions.call_tool(config, "query_crm", ARGS, timeout=30)
+
+    def record():
+        audit.record(
+            audit.EventType.TOOL_EXECUTED,
+            actor_type=audit.ActorType.AGENT,
+            actor_id=agent.agent_id,
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.SUCCESS,
+            trace_id="bench",
+            details={"surface": "model", "mcpletType": "read", "pool": "info-pool"},
+        )
+
+    checks, pool, envelope, record_ = (
+        "checks (gateway._check), whole",
+        "session pool tools/call (thread hop + MCP round trip)",
+        "envelope (_envelope_of)",
+        "audit.record (one chained event, own transaction)",
+    )
+    steps = {
+        "gateway.call_tool, whole": call,
+        checks: lambda: gateway._check("query_crm", ARGS, agent, None, "model"),
+        "  _resolve (one query, joins server and pool)": lambda: gateway._resolve("query_crm"),
+        "  _check_grants (one EXISTS query)": lambda: gateway._check_grants(mcplet, agent, None),
+        "  _check_arguments (JSON Schema)": lambda: gateway._check_arguments(mcplet, ARGS),
+        "  rate limit (Pool.take_call)": mcplet.pool.take_call,
+        pool: lambda: sessions.call_tool(config, "query_crm", ARGS, timeout=30),
+        envelope: lambda: gateway._envelope_of(mcplet, result),
+        record_: record,
+    }
+    seconds = {label: [] for label in steps}
+    for _ in range(count):
+        for label, func in steps.items():
+            seconds[label] += timed(func, 1)
+    medians = {label: statistics.median(values) * 1000 for label, values in seconds.items()}
+    medians["sum of checks, session pool, envelope, audit"] = sum(
+        medians[label] for label in (checks, pool, envelope, record_)
+    )
+    return medians
+
+
+def part1(workdir, args):
+    from agents.models import Agent
+    from mcplet_host import gateway
+    from mcplets.examples.programmable import serve_http, write_spec
+    from pools.discovery import discover
+    from pools.models import McpServer, Pool
+    from pools.sessions import sessions
+
+    print(f"\n== Part 1: one read MCPlet over streamable HTTP, {args.calls} calls per path ==")
+    spec = write_spec(workdir / "tools.json", [TOOL])
+    with serve_http(spec) as url:
+        pool = Pool.objects.create(name="info-pool", rate_limit_per_minute=1_000_000)
+        server = McpServer.objects.create(name="bench-http", transport="http", url=url)
+        report = discover(server)
+        print(f"  discovered {url}: {report.accepted} accepted, {report.rejected} rejected")
+        agent = Agent.objects.create(agent_id="bench-agent", display_name="Bench")
+        agent.accessible_pools.set([pool])
+
+        def call():
+            return gateway.call_tool(agent, "query_crm", ARGS, "model", "bench")
+
+        try:
+            direct = stats(asyncio.run(direct_calls(url, args.calls)))
+            outcomes = [call() for _ in range(WARMUP)]
+            if any(o.status != "executed" or o.is_error for o in outcomes):
+                print(f"  WARNING: the gateway answered {outcomes[-1].envelope}", file=sys.stderr)
+            via = stats(timed(call, args.calls))
+            show("direct", direct)
+            show("gateway", via)
+            ratio = via["median"] / direct["median"]
+            extra = via["median"] - direct["median"]
+            print(f"  ratio of medians gateway/direct: {ratio:.2f} (+{extra:.3f} ms per call)")
+            print(f"  gateway steps, {args.calls} interleaved rounds (median):")
+            for label, median in gateway_steps(call, agent, args.calls).items():
+                print(f"    {median:7.3f} ms  {label}")
+            if args.profile or ratio > 3:
+                profile(call, min(args.calls, 500), args.top)
+        finally:
+            sessions.close_all()
+
+
+def profile(call, count, top):
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(count):
+        call()
+    profiler.disable()
+    for sort in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(sort).print_stats(top)
+        print(f"\n--- cProfile, {count} gateway calls, by {sort} ---")
+        print(out.getvalue().strip("\n"))
+
+
+# --- part 2: the LLM tool list ----------------------------------------------------------------
+
+
+def add_mcplets(server, prefix, count, pools, start=0):
+    from pools.models import Mcplet
+
+    rows = []
+    for i in range(start, start + count):
+        pool = pools[i % len(pools)]
+        rows.append(
+            Mcplet(
+                server=server,
+                name=f"{prefix}_{i}",
+                description=f"Benchmark read tool {prefix} {i}",
+                input_schema=FILTER,
+                meta={"mcpletType": "read", "visibility": ["model"]},
+                mcplet_type="read",
+                visibility=["model"],
+                model_visible=True,  # bulk_create skips save(), which derives it
+                pool=pool,
+                pool_name=pool.name if pool else "",
+                status="accepted",
+            )
+        )
+    Mcplet.objects.bulk_create(rows, batch_size=1000)
+
+
+def measure_tool_list(agent, runs):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from mcplet_host import gateway
+
+    with connection.cursor() as cursor:  # fresh planner statistics, as autovacuum would keep
+        cursor.execute("ANALYZE")
+    list(gateway.tools_for(agent))
+    with CaptureQueriesContext(connection) as queries:
+        tools = list(gateway.tools_for(agent))
+    seconds = timed(lambda: list(gateway.tools_for(agent)), runs)
+    return statistics.median(seconds) * 1000, len(tools), queries.captured_queries
+
+
+def part2(args):
+    from django.db import connection
+
+    from agents.models import Agent
+    from mcplet_host import gateway
+    from pools.models import Mcplet, McpServer, Pool
+
+    print(f"\n== Part 2: the LLM tool list, median of {args.runs} queries ==")
+    server = McpServer.objects.create(name="bench-rows", transport="http", url="http://x/mcp")
+    granted = Pool.objects.create(name="granted-pool")
+    others = Pool.objects.bulk_create([Pool(name=f"other-pool-{i}") for i in range(10)])
+    agent = Agent.objects.create(agent_id="bench-list-agent", display_name="List")
+    agent.accessible_pools.set([granted])
+    add_mcplets(server, "granted", 20, [granted])
+    add_mcplets(server, "poolless", 10, [None])
+    medians, added = [], 0
+    for target in (10, args.others):
+        add_mcplets(server, "other", target - added, others, start=added)
+        added = target
+        in_others = Mcplet.objects.exclude(pool=None).exclude(pool=granted).count()
+        median, listed, queries = measure_tool_list(agent, args.runs)
+        medians.append(median)
+        print(
+            f"  {in_others:>6} MCPlets in other pools: median {median:7.3f} ms, "
+            f"{listed} tools listed, {len(queries)} quer{'y' if len(queries) == 1 else 'ies'}"
+        )
+    print(f"  ratio of the medians, many / few others: {medians[1] / medians[0]:.2f}")
+    print("\n  SQL, as run: " + "\n  ".join(q["sql"] for q in queries))
+    queryset = gateway.tools_for(agent)
+    plan = (
+        queryset.explain(analyze=True) if connection.vendor == "postgresql" else queryset.explain()
+    )
+    print("\n  plan:\n    " + plan.replace("\n", "\n    "))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-gateway-"))
+    try:
+        setup_database(workdir)
+        part1(workdir, args)
+        part2(args)
+    finally:
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

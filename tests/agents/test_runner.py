@@ -1,0 +1,283 @@
+"""The built-in LLM agent: tool loop, refusals fed back, output schema, action dispatch,
+result approval and hand-off — on the scripted model, through the real gateway and bus."""
+
+import json
+
+import pytest
+
+from a2a import bus
+from a2a.models import A2AMessage
+from agents.models import AgentRun
+from mcplet_host.models import AuditEvent
+from passkey.models import Ceremony
+from tests.mcplet_host.test_gateway import ASSERTION
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
+
+
+def send(recipient, parameters=None, sender="director"):
+    request = bus.send_task(sender, recipient, parameters or {"store": "shinjuku"})
+    return request, AgentRun.objects.filter(request=request).first()
+
+
+def response_to(request):
+    return A2AMessage.objects.get(reply_to=request.message_id).body
+
+
+def test_the_tool_loop(registry, director, script, calls):
+    info = registry["info"]
+    info.model = script(
+        {
+            "info-gathering-agent": [
+                {
+                    "tool_calls": [
+                        {"name": "query_crm", "arguments": {"filter": "rain"}},
+                        {
+                            "name": "fetch_web_content",
+                            "arguments": {"url": "https://w.example/tomorrow"},
+                        },
+                    ]
+                },
+                {
+                    "expect": {"tool_results_contain": ["query_crm", "fetch_web_content"]},
+                    "json": {"analysis": "rain tomorrow", "atRisk": 3},
+                },
+            ]
+        }
+    )
+    info.save()
+
+    request, run = send("info-gathering-agent")
+
+    assert run.status == AgentRun.Status.SUCCESS and run.steps == 2
+    assert run.result == {"analysis": "rain tomorrow", "atRisk": 3}
+    assert run.prompt_tokens > 0 and run.completion_tokens > 0
+    tool_messages = [m for m in run.transcript if m["role"] == "tool"]
+    assert [json.loads(m["content"])["_meta"]["toolId"] for m in tool_messages] == [
+        "query_crm",
+        "fetch_web_content",
+    ]
+    assert [c["name"] for c in calls()] == ["query_crm", "fetch_web_content"]
+    response = response_to(request)
+    assert response["status"] == "success" and response["payload"]["result"]["atRisk"] == 3
+    assert response["contextId"] == request.body["contextId"]
+    assert set(
+        AuditEvent.objects.filter(event_type="TOOL_EXECUTED").values_list("trace_id", flat=True)
+    ) == {str(request.context_id)}
+
+
+def test_a_hallucinated_tool_is_refused_and_fed_back(registry, director, script, calls):
+    planning = registry["planning"]
+    planning.model = script(
+        {
+            "planning-agent": [
+                {"tool_calls": [{"name": "drop_database", "arguments": {}}]},
+                {
+                    "expect": {"tool_errors": True, "tool_results_contain": ["NOT_FOUND"]},
+                    "text": "I cannot do that.",
+                },
+            ]
+        }
+    )
+    planning.save()
+    request, run = send("planning-agent")
+    assert run.status == AgentRun.Status.SUCCESS and run.result == {"answer": "I cannot do that."}
+    assert calls() == []
+    assert AuditEvent.objects.get(event_type="TOOL_BLOCKED").target_tool == "drop_database"
+
+
+def test_a_tool_outside_the_grants_is_refused_even_if_the_llm_names_it(
+    registry, director, script, calls
+):
+    planning = registry["planning"]
+    planning.model = script(
+        {
+            "planning-agent": [
+                {
+                    "tool_calls": [
+                        {"name": "send_email", "arguments": {"to": ["a@b.jp"], "body": "x"}}
+                    ]
+                },
+                {
+                    "expect": {"tool_errors": True, "tool_results_contain": ["X_ACCESS_DENIED"]},
+                    "text": "refused",
+                },
+            ]
+        }
+    )
+    planning.save()
+    _, run = send("planning-agent")
+    assert run.status == AgentRun.Status.SUCCESS and calls() == [] and not Ceremony.objects.exists()
+
+
+def test_an_answer_breaking_the_output_schema_is_retried_once(registry, director, script):
+    planning = registry["planning"]
+    planning.output_schema = {"type": "object", "required": ["plan"]}
+    planning.model = script(
+        {
+            "planning-agent": [
+                {"text": "Here is my plan: free desserts"},
+                {
+                    "expect": {"user_contains": ["does not match the output schema"]},
+                    "json": {"plan": "free desserts"},
+                },
+            ]
+        }
+    )
+    planning.save()
+    _, run = send("planning-agent")
+    assert run.status == AgentRun.Status.SUCCESS and run.output_retries == 1
+    assert run.result == {"plan": "free desserts"}
+
+
+def test_an_answer_that_breaks_the_schema_twice_fails(registry, director, script):
+    planning = registry["planning"]
+    planning.output_schema = {"type": "object", "required": ["plan"]}
+    planning.model = script({"planning-agent": [{"json": {"nope": 1}}, {"json": {"still": "no"}}]})
+    planning.save()
+    request, run = send("planning-agent")
+    assert run.status == AgentRun.Status.ERROR and run.error["code"] == "VALIDATION_ERROR"
+    assert response_to(request)["payload"]["error"]["message"].startswith(
+        "The answer does not match"
+    )
+
+
+def test_the_step_limit_ends_a_runaway_loop(registry, director, script):
+    planning = registry["planning"]
+    planning.max_steps = 2
+    loop = {"tool_calls": [{"name": "query_crm", "arguments": {"filter": "x"}}]}
+    planning.model = script({"planning-agent": [loop, loop, loop]})
+    planning.save()
+    request, run = send("planning-agent")
+    assert run.status == AgentRun.Status.PARTIAL and run.error["code"] == "X_STEP_LIMIT"
+    assert response_to(request)["status"] == "partial"
+
+
+def test_a_conversation_that_leaves_its_script_fails_loudly(registry, director, script):
+    planning = registry["planning"]
+    planning.model = script(
+        {"planning-agent": [{"tool_calls": [{"name": "query_crm", "arguments": {"filter": "x"}}]}]}
+    )
+    planning.save()
+    _, run = send("planning-agent")
+    assert run.status == AgentRun.Status.ERROR and "left its script" in run.error["message"]
+
+
+def test_proposed_actions_run_only_through_an_approval(
+    registry, director, script, calls, admin_user
+):
+    dispatch = registry["dispatch"]
+    email = {"to": ["sato@example.jp"], "body": "Free dessert tomorrow"}
+    dispatch.model = script(
+        {
+            "dispatch-agent": [
+                {
+                    "json": {
+                        "summary": "one e-mail",
+                        "actions": [{"tool": "send_email", "arguments": email, "why": "rain"}],
+                    }
+                },
+            ]
+        }
+    )
+    dispatch.save()
+    request, run = send("dispatch-agent")
+
+    assert run.status == AgentRun.Status.AWAITING_APPROVAL and calls() == []
+    ceremony = run.waiting_for
+    assert (ceremony.tool_name, ceremony.surface, ceremony.arguments) == (
+        "send_email",
+        "app",
+        email,
+    )
+    assert not A2AMessage.objects.filter(reply_to=request.message_id).exists()
+
+    ceremony.approve(admin_user, assertion=ASSERTION)
+
+    run.refresh_from_db()
+    assert run.status == AgentRun.Status.SUCCESS
+    assert run.result["dispatched"] == {"succeeded": 1, "failed": 0}
+    assert calls("send_email")[0]["meta"]["mcplet_auth"] == ASSERTION
+    assert response_to(request)["status"] == "success"
+
+
+def test_a_rejected_action_cancels_the_run(registry, director, script, calls, admin_user):
+    dispatch = registry["dispatch"]
+    dispatch.model = script(
+        {
+            "dispatch-agent": [
+                {
+                    "json": {
+                        "actions": [
+                            {"tool": "send_email", "arguments": {"to": ["a@b.jp"], "body": "x"}}
+                        ]
+                    }
+                },
+            ]
+        }
+    )
+    dispatch.save()
+    request, run = send("dispatch-agent")
+    run.waiting_for.decline(Ceremony.Status.REJECTED, admin_user)
+    run.refresh_from_db()
+    assert run.status == AgentRun.Status.CANCELLED and calls() == []
+    assert run.result["actions"][0]["outcome"]["error"]["code"] == "X_APPROVAL_REJECTED"
+    assert response_to(request)["status"] == "cancelled"
+
+
+def test_a_three_agent_hand_off_keeps_one_context(registry, director, script, admin_user):
+    info, planning, dispatch = registry["info"], registry["planning"], registry["dispatch"]
+    model = script(
+        {
+            "info-gathering-agent": [
+                {"json": {"analysis": "rain", "customers": ["sato@example.jp"]}}
+            ],
+            "planning-agent": [
+                {"expect": {"user_contains": ["sato@example.jp"]}, "json": {"plan": "dessert"}}
+            ],
+            "dispatch-agent": [{"expect": {"user_contains": ["dessert"]}, "json": {"sent": 0}}],
+        }
+    )
+    for agent, after in ((info, planning), (planning, dispatch), (dispatch, None)):
+        agent.model, agent.hands_off_to = model, after
+        agent.save()
+    planning.result_needs_approval, planning.approval_prompt = True, "Approve the campaign plan"
+    planning.save()
+
+    request, run = send("info-gathering-agent")
+    plan_run = AgentRun.objects.get(agent=planning)
+    assert plan_run.status == AgentRun.Status.AWAITING_APPROVAL
+    ceremony = plan_run.waiting_for
+    assert (ceremony.kind, ceremony.prompt_message) == ("result", "Approve the campaign plan")
+    assert not AgentRun.objects.filter(agent=dispatch).exists()  # nothing handed off yet
+
+    ceremony.approve(admin_user)
+
+    plan_run.refresh_from_db()
+    assert plan_run.status == AgentRun.Status.SUCCESS and "approvedAt" in plan_run.result
+    last = AgentRun.objects.get(agent=dispatch)
+    assert last.status == AgentRun.Status.SUCCESS
+    context = str(request.context_id)
+    assert {r.context_id for r in AgentRun.objects.all()} == {context}
+    assert {str(m.context_id) for m in A2AMessage.objects.all()} == {context}
+    requests = A2AMessage.objects.filter(type="task_request")
+    assert [(m.sender_id, m.recipient_id) for m in requests] == [
+        ("director", "info-gathering-agent"),
+        ("info-gathering-agent", "planning-agent"),
+        ("planning-agent", "dispatch-agent"),
+    ]
+    for message in requests:  # every request has exactly one response
+        assert A2AMessage.objects.filter(reply_to=message.message_id).count() == 1
+
+
+def test_a_rejected_result_is_not_handed_off(registry, director, script, admin_user):
+    planning, dispatch = registry["planning"], registry["dispatch"]
+    planning.model = script({"planning-agent": [{"json": {"plan": "x"}}]})
+    planning.result_needs_approval, planning.hands_off_to = True, dispatch
+    planning.save()
+    request, run = send("planning-agent")
+    run.waiting_for.decline(Ceremony.Status.REJECTED, admin_user)
+    run.refresh_from_db()
+    assert run.status == AgentRun.Status.CANCELLED
+    assert not AgentRun.objects.filter(agent=dispatch).exists()
+    assert response_to(request)["payload"]["error"]["code"] == "X_APPROVAL_REJECTED"
