@@ -52,21 +52,27 @@ class PartnerKey(models.Model):
         return key, raw
 
     @classmethod
-    def authenticate(cls, raw_key):
-        """The live key matching `raw_key`, or None (unknown, revoked, expired)."""
+    def lookup(cls, raw_key):
+        """(key, "") for a live key, else (key or None, "unknown" | "revoked" | "expired")."""
         if not raw_key or not raw_key.startswith(KEY_PREFIX):
-            return None
+            return None, "unknown"
         key = (
             cls.objects.select_related("agent")
             .filter(prefix=raw_key[: len(KEY_PREFIX) + 8])
             .first()
         )
         if key is None or not hmac.compare_digest(key.key_hash, hash_key(raw_key)):
-            return None
+            return None, "unknown"
         if not key.is_active:
-            return None
+            return key, key.state
         cls.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
-        return key
+        return key, ""
+
+    @classmethod
+    def authenticate(cls, raw_key):
+        """The live key matching `raw_key`, or None (unknown, revoked, expired)."""
+        key, problem = cls.lookup(raw_key)
+        return None if problem else key
 
     @property
     def is_active(self):

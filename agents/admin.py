@@ -20,7 +20,7 @@ class AgentAdmin(admin.ModelAdmin):
     ]
     list_filter = ["kind", "enabled", "accessible_pools"]
     search_fields = ["agent_id", "display_name", "description"]
-    filter_horizontal = ["accessible_pools", "targets"]
+    filter_horizontal = ["accessible_pools", "targets", "callable_agents"]
     raw_id_fields = ["schedule"]
     fieldsets = [
         (

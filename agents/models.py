@@ -121,6 +121,19 @@ class Agent(models.Model):
         help_text="Director: its cron schedule, editable under Periodic tasks.",
     )
 
+    # A partner (kind = external): whom it may call, and what it asked for (never a grant).
+    callable_agents = models.ManyToManyField(
+        "self",
+        symmetrical=False,
+        blank=True,
+        related_name="callable_by",
+        help_text="Partner: the internal agents it may send tasks to. Its tasks run with the "
+        "pools both it and the recipient hold (§16.4).",
+    )
+    advertised_card = models.JSONField(
+        null=True, blank=True, editable=False, help_text="Partner: the card it last advertised."
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -161,6 +174,17 @@ class Agent(models.Model):
         self.schedule = task
         self.save(update_fields=["schedule"])
         return task
+
+    @property
+    def requested_pools(self):
+        """Pools a partner asked for in its card (§18.1: a request, never a grant)."""
+        return list((self.advertised_card or {}).get("requestedPools") or [])
+
+    def pools_beyond_callable_agents(self):
+        """Partner pools that no internal agent it may call holds: a partner never exceeds an
+        equivalent internal agent (§16.4), so these grants give it nothing but warn operators."""
+        held = Pool.objects.filter(agents__in=self.callable_agents.all())
+        return list(self.accessible_pools.exclude(pk__in=held).values_list("name", flat=True))
 
     def card(self):
         """The agent's §18.2 card."""

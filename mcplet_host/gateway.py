@@ -56,12 +56,13 @@ def _granted(agent):
 
 def tools_for(agent, partner=None):
     """What the agent's LLM sees: accepted ∩ model-visible ∩ granted (∩ the partner's grants).
-    One query; MCPlets in pools the agent does not hold are never read."""
-    tools = Mcplet.objects.routable().filter(model_visible=True)
-    for holder in (agent, partner):
-        if holder is not None:
-            tools = tools.filter(Q(pool__isnull=True) | Q(pool__in=_granted(holder)))
-    return tools.order_by("name")
+    One query, a UNION of the pool-less and the granted branch so each uses the
+    (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read."""
+    visible = Mcplet.objects.routable().filter(model_visible=True)
+    granted = visible.filter(pool__in=_granted(agent))
+    if partner is not None:
+        granted = granted.filter(pool__in=_granted(partner))
+    return visible.filter(pool__isnull=True).union(granted).order_by("name")
 
 
 # --- checks -----------------------------------------------------------------------------------

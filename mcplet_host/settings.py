@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "channels",
     "mcplet_host",
@@ -88,11 +89,20 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions serialise writers instead of failing with "database is locked".
-    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        # WAL: readers do not wait for the writer, and a commit does not wait for a disk sync.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     # A file, not shared-cache memory: threads then wait for locks instead of failing. One per
     # process, so two test runs never share it (pytest-django deletes it afterwards).
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # One test database per process, so concurrent test runs on one server never share it.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -182,11 +192,19 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "mcplet-host@localhost")
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {"partner": env_str("MCPLET_PARTNER_RATE", "120/min")},
 }
 SPECTACULAR_SETTINGS = {
-    "TITLE": "MCPlet Host API",
+    "TITLE": "MCPlet Host A2A API",
+    "DESCRIPTION": "The external A2A endpoint for partner agents (MCPlet spec §3.6, §16.4, §18). "
+    "Authenticate with 'Authorization: Bearer <partner key>'.",
     "VERSION": "0.1.0",
+    "REDOC_DIST": "SIDECAR",  # vendored: the CSP allows no CDN
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
 }
+# Seconds POST /a2a/tasks waits for the task to end before answering 202 with a Location.
+MCPLET_A2A_WAIT = env_int("MCPLET_A2A_WAIT", 5, minimum=0)
 
 LOGGING = {
     "version": 1,

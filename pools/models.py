@@ -64,8 +64,11 @@ class Pool(models.Model):
         now = time.time() if now is None else now
         window, elapsed = divmod(now, 60)
         key = f"ratelimit:pool:{self.pk}:{int(window)}"
-        cache.add(key, 0, 150)
-        count = cache.incr(key)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # the window's first call (or its key was evicted)
+            cache.add(key, 0, 150)
+            count = cache.incr(key)
         previous = cache.get(f"ratelimit:pool:{self.pk}:{int(window) - 1}", 0)
         weighted = previous * (60 - elapsed) / 60 + count
         if weighted <= limit:

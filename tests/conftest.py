@@ -1,11 +1,37 @@
 import json
 
 import pytest
+import yaml
 
 from agents.models import Agent
 from mcplets.examples.programmable import stdio_params, write_spec
 from pools.discovery import discover
 from pools.models import McpServer, Pool
+
+
+@pytest.fixture
+def script(tmp_path, settings):
+    """Write a scripted-model script; returns the model string that plays it."""
+    settings.MCPLET_SCRIPT_DIRS = [str(tmp_path)]
+
+    def write(agents, name="test"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({"agents": agents}))
+        return f"scripted/{name}"
+
+    return write
+
+
+@pytest.fixture
+def eager():
+    """Run the bus and the continuations in this thread, at each commit (use with
+    django_db(transaction=True)). Workers are exercised by the tests marked `services`."""
+    from mcplet_host.celery import app
+
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = app.conf.task_eager_propagates = False
 
 
 @pytest.fixture

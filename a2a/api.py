@@ -1,0 +1,408 @@
+"""The external A2A endpoint for partner agents (spec §3.6, §16.1, §16.4, §18): DRF views that
+accept §18 payloads from partners holding a key, never reaching beyond their grants."""
+
+import time
+import uuid
+
+from django.conf import settings
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView, exception_handler
+
+from a2a import bus
+from a2a.models import A2AMessage, PartnerKey
+from a2a.schemas import A2AValidationError, validate
+from agents import runner
+from agents.models import Agent, AgentRun
+from mcplet_host import audit, gateway
+
+MAX_BODY = 1024 * 1024
+
+
+# --- who is calling ----------------------------------------------------------------------------
+
+
+class Partner:
+    """The authenticated partner, as DRF's request.user."""
+
+    is_authenticated = True
+
+    def __init__(self, key):
+        self.key, self.agent = key, key.agent
+
+
+class PartnerKeyAuthentication(BaseAuthentication):
+    keyword = b"bearer"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            raise exceptions.NotAuthenticated(
+                "Send your partner key as 'Authorization: Bearer <key>'."
+            )
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed(
+                "The Authorization header must be 'Bearer <key>'."
+            )
+        key, problem = PartnerKey.lookup(parts[1].decode(errors="replace"))
+        if problem:
+            messages = {
+                "unknown": "This partner key is not known.",
+                "revoked": "This partner key was revoked.",
+                "expired": "This partner key has expired.",
+            }
+            raise exceptions.AuthenticationFailed(messages[problem])
+        if not key.agent.enabled or key.agent.kind != Agent.Kind.EXTERNAL:
+            raise exceptions.AuthenticationFailed("This partner is disabled.")
+        return Partner(key), key
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="mcplet-a2a"'
+
+
+class PartnerKeyScheme(OpenApiAuthenticationExtension):
+    target_class = PartnerKeyAuthentication
+    name = "partnerKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A partner key created by an operator (shown once).",
+        }
+
+
+class PartnerRateThrottle(SimpleRateThrottle):
+    """Per partner, shared by all web processes through the cache (Redis)."""
+
+    scope = "partner"
+
+    def get_cache_key(self, request, view):
+        partner = getattr(request, "user", None)
+        if isinstance(partner, Partner):
+            return self.cache_format % {"scope": self.scope, "ident": partner.agent.agent_id}
+        return None
+
+
+class LimitedJSONParser(JSONParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        request = (parser_context or {}).get("request")
+        length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
+        if length > MAX_BODY:
+            raise PayloadTooLarge()
+        return super().parse(stream, media_type, parser_context)
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = f"The body is larger than {MAX_BODY // 1024} KiB."
+    default_code = "X_PAYLOAD_TOO_LARGE"
+
+
+class Forbidden(exceptions.PermissionDenied):
+    default_code = "X_FORBIDDEN"
+
+
+CODES = {
+    400: "VALIDATION_ERROR",
+    401: "AUTH_REQUIRED",
+    403: "X_FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "X_METHOD_NOT_ALLOWED",
+    409: "X_CONFLICT",
+    413: "X_PAYLOAD_TOO_LARGE",
+    415: "VALIDATION_ERROR",
+    429: "RATE_LIMITED",
+}
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "path": {"type": "string"},
+                "retryable": {"type": "boolean"},
+                "retry_after_ms": {"type": "integer"},
+            },
+        }
+    },
+}
+ERROR_TEXT = {
+    400: "VALIDATION_ERROR: not JSON, or not the §18.6 schema (with the offending path)",
+    401: "AUTH_REQUIRED or AUTH_FAILED: no, unknown, expired or revoked key (WWW-Authenticate)",
+    403: "X_FORBIDDEN: outside the partner's grants",
+    404: "NOT_FOUND",
+    413: "X_PAYLOAD_TOO_LARGE: a body over 1 MiB",
+    415: "VALIDATION_ERROR: a body that is not application/json",
+    429: "RATE_LIMITED: over the partner's rate (Retry-After, retry_after_ms)",
+}
+
+
+def errors(*codes):
+    """The documented error responses of an operation: 401 and 429 always, and `codes`."""
+    return {
+        code: OpenApiResponse(ERROR_SCHEMA, description=ERROR_TEXT[code])
+        for code in sorted({401, 429, *codes})
+    }
+
+
+def error_body(code, message, **extra):
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def handle_exception(exc, context):
+    """Errors in the §9.1 / §18.5 vocabulary: {"error": {"code", "message", ...}}."""
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data.get("detail") if isinstance(response.data, dict) else response.data
+    code = CODES.get(response.status_code, "UNKNOWN_ERROR")
+    if response.status_code == 401 and isinstance(exc, exceptions.AuthenticationFailed):
+        code = "AUTH_FAILED"
+    extra = {}
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        extra = {"retryable": True, "retry_after_ms": int(exc.wait * 1000)}
+    if isinstance(exc, exceptions.ParseError):
+        detail = f"The body is not valid JSON: {detail}"
+    response.data = error_body(code, str(detail), **extra)
+    return response
+
+
+# --- the views ---------------------------------------------------------------------------------
+
+
+class PartnerView(APIView):
+    authentication_classes = [PartnerKeyAuthentication]
+    permission_classes = [IsAuthenticated]  # authentication refuses first; this documents it
+    throttle_classes = [PartnerRateThrottle]
+    parser_classes = [LimitedJSONParser]
+
+    def get_exception_handler(self):
+        return handle_exception
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        """Every call, authenticated or refused, leaves one audit event with the partner's id."""
+        response = super().finalize_response(request, response, *args, **kwargs)
+        partner = getattr(request, "_user", None)
+        known = isinstance(partner, Partner)
+        error = response.data.get("error") if isinstance(response.data, dict) else None
+        audit.record(
+            "a2a.partner.request",
+            actor_type=audit.ActorType.PARTNER,
+            actor_id=partner.agent.agent_id if known else "",
+            result=audit.SUCCESS if response.status_code < 400 else audit.BLOCKED,
+            trace_id=getattr(response, "trace_id", ""),
+            details={
+                "method": request.method,
+                "path": request.path,
+                "status": response.status_code,
+                **({"code": error["code"], "message": error["message"]} if error else {}),
+            },
+        )
+        return response
+
+    @property
+    def partner(self):
+        return self.request.user.agent
+
+
+def _callable(partner):
+    return partner.callable_agents.filter(
+        enabled=True, kind__in=[Agent.Kind.INTERNAL, Agent.Kind.DIRECTOR]
+    )
+
+
+def _task_state(request_message):
+    """The final response (200) or the running state (202) of a partner's task."""
+    response = A2AMessage.objects.filter(reply_to=request_message.message_id).first()
+    if response is not None:
+        return Response(response.body, status=status.HTTP_200_OK)
+    run = AgentRun.objects.filter(request=request_message).first()
+    state = run.status if run else request_message.state
+    body = {
+        "messageId": str(request_message.message_id),
+        "contextId": str(request_message.context_id),
+        "state": state,
+    }
+    if run is not None and run.waiting_for is not None:
+        body["awaiting"] = {
+            "tool": run.waiting_for.tool_name,
+            "expiresAt": run.waiting_for.expires_at,
+        }
+    location = f"/a2a/tasks/{request_message.message_id}"
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+
+
+class TaskList(PartnerView):
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={
+            200: OpenApiTypes.OBJECT,
+            202: OpenApiTypes.OBJECT,
+            # 404: a messageId already used by another partner
+            **errors(400, 403, 404, 413, 415),
+        },
+        summary="Send an A2ATaskRequest (§18.4); get the A2ATaskResponse (§18.5) or 202",
+    )
+    def post(self, request):
+        body = request.data
+        try:
+            validate("task-request", body)
+        except A2AValidationError as exc:
+            return Response(error_body("VALIDATION_ERROR", str(exc), path=exc.path), status=400)
+        partner = self.partner
+        if body["senderId"] != partner.agent_id:
+            raise Forbidden(f"senderId must be your agentId ({partner.agent_id!r}).")
+        existing = A2AMessage.objects.filter(message_id=body["messageId"]).first()
+        if existing is not None:  # a resubmission: the same task, never run twice
+            if existing.sender_id != partner.agent_id or not existing.external:
+                raise exceptions.NotFound("No such task.")
+            return _task_state(existing)
+        recipient = _callable(partner).filter(agent_id=body["recipientId"]).first()
+        if recipient is None:
+            raise Forbidden(f"You may not send tasks to {body['recipientId']!r}.")
+        self._check_requested_access(partner, recipient, body)
+        if "contextId" not in body:
+            body = {**body, "contextId": str(uuid.uuid4())}
+        request_message = bus.post(body, external=True)
+        return self._wait(request_message)
+
+    def _check_requested_access(self, partner, recipient, body):
+        """Pools or tools a task asks for must lie inside partner ∩ recipient grants (§16.4)."""
+        parameters = (body.get("payload") or {}).get("parameters") or {}
+        pools = parameters.get("pools") or []
+        tools = parameters.get("tools") or []
+        if not isinstance(pools, list) or not isinstance(tools, list):
+            raise Forbidden("parameters.pools and parameters.tools must be lists of names.")
+        granted = set(
+            partner.accessible_pools.filter(agents=recipient).values_list("name", flat=True)
+        )
+        outside = sorted(set(map(str, pools)) - granted)
+        if outside:
+            raise Forbidden(f"These pools are outside your grants: {', '.join(outside)}.")
+        reachable = set(gateway.tools_for(recipient, partner).values_list("name", flat=True))
+        outside = sorted(set(map(str, tools)) - reachable)
+        if outside:
+            raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")
+
+    def _wait(self, request_message):
+        deadline = time.monotonic() + settings.MCPLET_A2A_WAIT
+        while True:
+            answered = A2AMessage.objects.filter(reply_to=request_message.message_id).exists()
+            run = AgentRun.objects.filter(request=request_message).first()
+            waiting = run is not None and run.status == AgentRun.Status.AWAITING_APPROVAL
+            if answered or waiting or time.monotonic() >= deadline:
+                return _task_state(request_message)
+            time.sleep(0.1)
+
+
+class TaskDetail(PartnerView):
+    def _own(self, message_id):
+        message = A2AMessage.objects.filter(
+            message_id=message_id,
+            external=True,
+            type=A2AMessage.Type.TASK_REQUEST,
+            sender_id=self.partner.agent_id,
+        ).first()
+        if message is None:  # someone else's task is as unknown as a missing one
+            raise exceptions.NotFound("No such task.")
+        return message
+
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT, **errors(404)},
+        summary="The task's A2ATaskResponse, or 202 with its state",
+    )
+    def get(self, request, message_id):
+        return _task_state(self._own(message_id))
+
+
+class TaskCancel(TaskDetail):
+    http_method_names = ["post", "options"]  # not TaskDetail's GET
+
+    @extend_schema(
+        request=None,
+        responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT, **errors(404)},
+        summary="Cancel the task; its response's status becomes cancelled",
+    )
+    def post(self, request, message_id):
+        message = self._own(message_id)
+        run = AgentRun.objects.filter(request=message).first()
+        if run is not None and not runner.cancel(
+            run, f"Cancelled by the partner {self.partner.agent_id}."
+        ):
+            response = _task_state(message)
+            response.status_code = status.HTTP_409_CONFLICT
+            return response
+        if run is None:
+            bus.respond(
+                message,
+                "cancelled",
+                error={"message": "Cancelled before it started.", "code": "X_CANCELLED"},
+            )
+        return _task_state(message)
+
+
+class AgentList(PartnerView):
+    @extend_schema(
+        operation_id="a2a_agents_list",
+        responses={200: OpenApiTypes.OBJECT, **errors()},
+        summary="Cards of the agents you may call",
+    )
+    def get(self, request):
+        return Response({"agents": [agent.card() for agent in _callable(self.partner)]})
+
+
+class AgentDetail(PartnerView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("agent_id", str, OpenApiParameter.PATH, pattern=r"^[-a-zA-Z0-9_]+$")
+        ],
+        responses={200: OpenApiTypes.OBJECT, **errors(404)},
+        summary="One agent's card (§18.2)",
+    )
+    def get(self, request, agent_id):
+        agent = _callable(self.partner).filter(agent_id=agent_id).first()
+        if agent is None:
+            raise exceptions.NotFound("No agent you may call has this agentId.")
+        return Response(agent.card())
+
+
+class OwnCard(PartnerView):
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 403, 413, 415)},
+        summary="Advertise your own A2AAgentCard; requestedPools is a request only",
+    )
+    def put(self, request):
+        card = request.data
+        try:
+            validate("agent-card", card)
+        except A2AValidationError as exc:
+            return Response(error_body("VALIDATION_ERROR", str(exc), path=exc.path), status=400)
+        partner = self.partner
+        if card["agentId"] != partner.agent_id:
+            raise Forbidden(f"agentId must be your agentId ({partner.agent_id!r}).")
+        partner.advertised_card = card
+        partner.save(update_fields=["advertised_card", "updated_at"])
+        granted = sorted(partner.accessible_pools.values_list("name", flat=True))
+        return Response(
+            {
+                "card": card,
+                "grantedPools": granted,
+                "note": "requestedPools is shown to the operators as a request; only "
+                "they grant pools (§18.1).",
+            }
+        )
