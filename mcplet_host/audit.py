@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from mcplet_host.models import GENESIS_HASH, AuditChainHead, AuditEvent
+from mcplet_host.signals import audit_recorded
 
 EventType = AuditEvent.EventType
 ActorType = AuditEvent.ActorType
@@ -61,6 +62,9 @@ def record_many(events):
             head.last_seq, head.last_hash = item.seq, item.hash
         AuditEvent.objects.bulk_create(events)
         head.save(update_fields=["last_seq", "last_hash"])
+        transaction.on_commit(
+            lambda: audit_recorded.send(sender=AuditEvent, events=events), robust=True
+        )
     return events
 
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from django.apps import apps
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
