@@ -293,7 +293,7 @@ class TaskList(PartnerView):
         outside = sorted(set(map(str, pools)) - granted)
         if outside:
             raise Forbidden(f"These pools are outside your grants: {', '.join(outside)}.")
-        reachable = set(gateway.tools_for(recipient, partner).values_list("name", flat=True))
+        reachable = {tool.name for tool in gateway.tools_for(recipient, partner)}
         outside = sorted(set(map(str, tools)) - reachable)
         if outside:
             raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")

@@ -308,7 +308,6 @@ def part2(args):
     from django.db import connection
 
     from agents.models import Agent
-    from mcplet_host import gateway
     from pools.models import Mcplet, McpServer, Pool
 
     print(f"\n== Part 2: the LLM tool list, median of {args.runs} queries ==")
@@ -332,10 +331,10 @@ def part2(args):
         )
     print(f"  ratio of the medians, many / few others: {medians[1] / medians[0]:.2f}")
     print("\n  SQL, as run: " + "\n  ".join(q["sql"] for q in queries))
-    queryset = gateway.tools_for(agent)
-    plan = (
-        queryset.explain(analyze=True) if connection.vendor == "postgresql" else queryset.explain()
-    )
+    explain = "EXPLAIN ANALYZE " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
+    with connection.cursor() as cursor:  # the captured SQL is complete: values are inlined
+        cursor.execute(explain + queries[-1]["sql"])
+        plan = "\n".join(" ".join(map(str, row)) for row in cursor.fetchall())
     print("\n  plan:\n    " + plan.replace("\n", "\n    "))
 
 

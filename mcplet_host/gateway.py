@@ -56,12 +56,13 @@ def _granted(agent):
 def tools_for(agent, partner=None):
     """What the agent's LLM sees: accepted ∩ model-visible ∩ granted (∩ the partner's grants).
     One query, a UNION of the pool-less and the granted branch so each uses the
-    (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read."""
-    visible = Mcplet.objects.routable().filter(model_visible=True)
+    (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read.
+    Sorted here, not in SQL: an ORDER BY name lures SQLite into scanning the name index."""
+    visible = Mcplet.objects.routable().filter(model_visible=True).order_by()
     granted = visible.filter(pool__in=_granted(agent))
     if partner is not None:
         granted = granted.filter(pool__in=_granted(partner))
-    return visible.filter(pool__isnull=True).union(granted).order_by("name")
+    return sorted(visible.filter(pool__isnull=True).union(granted), key=lambda t: t.name)
 
 
 # --- checks -----------------------------------------------------------------------------------

@@ -335,12 +335,19 @@ def test_grants_are_checked_again_when_the_call_resumes(registry, calls, admin_u
     assert "not granted to dispatch-agent" in ceremony.result["error"]["message"]
 
 
-def test_the_continuation_is_told(registry, admin_user, django_capture_on_commit_callbacks):
+def test_the_continuation_is_told(
+    registry, admin_user, monkeypatch, django_capture_on_commit_callbacks
+):
+    queued = []
+    monkeypatch.setattr("passkey.models.enqueue", lambda name, args: queued.append((name, args)))
     ceremony = hold_email(registry, continuation="agents.resume_run", continuation_ref="run-9")
-    with django_capture_on_commit_callbacks(execute=False) as sent:
+    with django_capture_on_commit_callbacks(execute=True):
         ceremony.decline(Ceremony.Status.REJECTED, admin_user)
         gateway.resume(ceremony.pk)
-    assert len(sent) == 2  # the resume task, then the continuation
+    assert queued == [
+        ("mcplet_host.resume_call", [ceremony.pk]),
+        ("agents.resume_run", [ceremony.pk, "run-9"]),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
