@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install run test lint format migrate clean
+.PHONY: install run test lint format migrate clean seed chromium
+
+seed: migrate
+	$(BIN)/python manage.py seed_reference
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +26,23 @@ install: $(INSTALLED)
 migrate: $(INSTALLED) .env
 	$(BIN)/python manage.py migrate --noinput
 
-run: migrate
+# The reference scenario is seeded once; later runs keep what operators changed in admin.
+var/.reference-seeded: | migrate
+	$(BIN)/python manage.py seed_reference
+	touch $@
+
+run: migrate var/.reference-seeded
 	$(BIN)/python manage.py ensure_admin
 	$(BIN)/python manage.py runhost --port $(PORT)
 
-test: $(INSTALLED)
+# Browser tests drive Debian's Chromium (Playwright never downloads a browser here).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "Installing Debian's chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
+test: $(INSTALLED) chromium
 	$(BIN)/ruff check .
 	SECRET_KEY=$${SECRET_KEY:-insecure-test-key} $(BIN)/python -m pytest
 

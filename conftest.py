@@ -46,8 +46,10 @@ def _fresh_cache():
 
 @pytest.fixture(autouse=True)
 def _close_mcp_sessions():
-    """MCP sessions opened by the gateway belong to the test that opened them."""
+    """MCP sessions and localhost ceremony pages belong to the test that opened them."""
     yield
+    from passkey import loopback
     from pools.sessions import sessions
 
     sessions.close_all()
+    loopback.close_all()

@@ -287,16 +287,18 @@ class TaskList(PartnerView):
         tools = parameters.get("tools") or []
         if not isinstance(pools, list) or not isinstance(tools, list):
             raise Forbidden("parameters.pools and parameters.tools must be lists of names.")
-        granted = set(
-            partner.accessible_pools.filter(agents=recipient).values_list("name", flat=True)
-        )
-        outside = sorted(set(map(str, pools)) - granted)
-        if outside:
-            raise Forbidden(f"These pools are outside your grants: {', '.join(outside)}.")
-        reachable = {tool.name for tool in gateway.tools_for(recipient, partner)}
-        outside = sorted(set(map(str, tools)) - reachable)
-        if outside:
-            raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")
+        if pools:  # (no query when the task asks for none: most tasks)
+            granted = set(
+                partner.accessible_pools.filter(agents=recipient).values_list("name", flat=True)
+            )
+            outside = sorted(set(map(str, pools)) - granted)
+            if outside:
+                raise Forbidden(f"These pools are outside your grants: {', '.join(outside)}.")
+        if tools:
+            reachable = {tool.name for tool in gateway.tools_for(recipient, partner)}
+            outside = sorted(set(map(str, tools)) - reachable)
+            if outside:
+                raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")
 
     def _wait(self, request_message):
         deadline = time.monotonic() + settings.MCPLET_A2A_WAIT

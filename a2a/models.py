@@ -1,6 +1,7 @@
 import hashlib
 import hmac
 import secrets
+from datetime import timedelta
 
 from django.db import models
 from django.utils import timezone
@@ -65,7 +66,10 @@ class PartnerKey(models.Model):
             return None, "unknown"
         if not key.is_active:
             return key, key.state
-        cls.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at > timedelta(minutes=1):
+            # At most one write a minute per key: "last used" needs no more precision.
+            cls.objects.filter(pk=key.pk).update(last_used_at=now)
         return key, ""
 
     @classmethod

@@ -5,6 +5,19 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs Django set up first)
+# Imported once Django is set up (they load models).
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+import dashboard.routing  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        # The Origin must be one of ALLOWED_HOSTS: another site cannot ride the session cookie.
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(dashboard.routing.websocket_urlpatterns))
+        ),
+    }
+)

@@ -1,4 +1,5 @@
 import os
+import threading
 from contextlib import contextmanager
 
 from celery import Celery
@@ -10,11 +11,16 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+_import_lock = threading.Lock()
+
+
 def enqueue(name, args, **options):
     """Queue a task by name (no import of the room that defines it); unlike send_task it
     honours task_always_eager, which commands use in the embedded mode."""
     if name not in app.tasks:  # outside a worker, the rooms' tasks modules load on first use
-        app.loader.import_default_modules()
+        with _import_lock:
+            if name not in app.tasks:
+                app.loader.import_default_modules()
     return app.tasks[name].apply_async(args, **options)
 
 

@@ -73,8 +73,11 @@ def env_url(name, schemes, default=MISSING):
 
 def env_database(name, default):
     value = _raw(name, default)
+    # Under ASGI every request runs in a thread of its own: persistent connections would pile
+    # up one per thread, so they are opt-in (DB_CONN_MAX_AGE, e.g. for workers).
+    max_age = env_int("DB_CONN_MAX_AGE", 0, minimum=0)
     try:
-        config = dj_database_url.parse(value, conn_max_age=60, conn_health_checks=True)
+        config = dj_database_url.parse(value, conn_max_age=max_age, conn_health_checks=True)
     except (ValueError, KeyError) as exc:
         raise ImproperlyConfigured(f"{name}={value!r} is not a valid database URL: {exc}") from None
     if not config.get("ENGINE"):

@@ -58,7 +58,7 @@ def tools_for(agent, partner=None):
     One query, a UNION of the pool-less and the granted branch so each uses the
     (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read.
     Sorted here, not in SQL: an ORDER BY name lures SQLite into scanning the name index."""
-    visible = Mcplet.objects.routable().filter(model_visible=True).order_by()
+    visible = Mcplet.objects.routable().filter(model_visible=True, server__enabled=True).order_by()
     granted = visible.filter(pool__in=_granted(agent))
     if partner is not None:
         granted = granted.filter(pool__in=_granted(partner))

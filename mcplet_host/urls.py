@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 
 from mcplet_host import views
@@ -9,9 +10,12 @@ admin.site.site_title = "MCPlet Host"
 admin.site.index_title = "Operate pools, servers, agents and partners"
 
 urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="dashboard:overview"), name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("dashboard/", include("dashboard.urls")),
     path("admin/", admin.site.urls),
     path("", include("a2a.urls")),
+    path("", include("passkey.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularRedocView.as_view(url_name="schema"), name="api-docs"),
 ]

@@ -1,4 +1,5 @@
-"""The MCPlet author's kit: code-first registration, result envelopes and schema resources.
+"""The MCPlet author's kit: code-first registration, result envelopes, schema resources and the
+verify-assertion client for strict tools.
 
 An MCPlet is an ordinary MCP server; this package depends only on the `mcp` SDK and
 `jsonschema`, never on the host.
@@ -30,6 +31,7 @@ from mcplets.registration import (
     register_tool,
     result_schema_uri,
 )
+from mcplets.verify import averify_assertion, verify_assertion
 
 __all__ = [
     "AUTH_ENFORCEMENTS",
@@ -42,6 +44,7 @@ __all__ = [
     "MCPletRegistrationError",
     "MCPletRegistrationWarning",
     "app_tool",
+    "averify_assertion",
     "dual_tool",
     "error",
     "mcplet_auth_from",
@@ -54,4 +57,5 @@ __all__ = [
     "register_tool",
     "result_schema_uri",
     "utc_timestamp",
+    "verify_assertion",
 ]

@@ -1,9 +1,11 @@
 import json
 
 from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch
 from django.utils.html import format_html
 
-from passkey.models import Ceremony
+from passkey.models import BackendToken, Ceremony, PasskeyCredential
 
 
 @admin.register(Ceremony)
@@ -41,6 +43,7 @@ class CeremonyAdmin(admin.ModelAdmin):
         "decided_at",
         "executed_at",
         "result_json",
+        "approval_page",
     ]
     readonly_fields = fields
 
@@ -57,6 +60,17 @@ class CeremonyAdmin(admin.ModelAdmin):
     def arguments_json(self, obj):
         return format_html("<pre>{}</pre>", json.dumps(obj.arguments, indent=2, ensure_ascii=False))
 
+    @admin.display(description="approval page")
+    def approval_page(self, obj):
+        if obj.status != Ceremony.Status.PENDING:
+            return "—"
+        try:
+            return format_html(
+                '<a href="{}">review and approve with a passkey</a>', obj.get_absolute_url()
+            )
+        except NoReverseMatch:  # the passkey URLs are not included in this project
+            return "—"
+
     @admin.display(description="result")
     def result_json(self, obj):
         return format_html("<pre>{}</pre>", json.dumps(obj.result, indent=2, ensure_ascii=False))
@@ -67,3 +81,82 @@ class CeremonyAdmin(admin.ModelAdmin):
             c.decline(Ceremony.Status.REJECTED, request.user) for c in queryset.pending()
         )
         self.message_user(request, f"{rejected} call(s) rejected.", messages.SUCCESS)
+
+
+@admin.register(PasskeyCredential)
+class PasskeyCredentialAdmin(admin.ModelAdmin):
+    """Approvers' passkeys. They are registered by their owners on the passkey page; here they
+    are renamed or revoked (a revoked passkey never verifies again)."""
+
+    list_display = ["name", "user", "state", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "user"]
+    search_fields = ["name", "user__username", "user__email"]
+    list_select_related = ["user"]
+    actions = ["revoke"]
+    fields = ["user", "name", "created_at", "last_used_at", "sign_count", "revoked_at"]
+    readonly_fields = ["user", "created_at", "last_used_at", "sign_count", "revoked_at"]
+
+    def has_add_permission(self, request):
+        return False  # only the owner's authenticator can create one, on /passkey/register/
+
+    @admin.display(description="state")
+    def state(self, obj):
+        return obj.state
+
+    @admin.action(description="Revoke the selected passkeys")
+    def revoke(self, request, queryset):
+        count = sum(passkey.revoke(by=request.user) for passkey in queryset)
+        self.message_user(request, f"{count} passkey(s) revoked.", messages.SUCCESS)
+
+
+@admin.register(BackendToken)
+class BackendTokenAdmin(admin.ModelAdmin):
+    """Tokens MCP servers use for `POST /auth/verify-assertion`. Created here and shown once;
+    afterwards only the prefix identifies them."""
+
+    list_display = ["prefix", "server", "name", "state", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["server", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["prefix", "name", "server__name"]
+    list_select_related = ["server"]
+    actions = ["revoke_tokens"]
+    fields = ["server", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None:  # a token's server cannot change after it was handed out
+            return [*self.readonly_fields, "server"]
+        return self.readonly_fields
+
+    @admin.display(description="state")
+    def state(self, obj):
+        return obj.state
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token, raw = BackendToken.issue(obj.server, obj.name)
+        obj.pk, obj.prefix = token.pk, token.prefix
+        request._verify_token_raw = raw
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # Render the token in this response only: it is in no message, session or log.
+        return TemplateResponse(
+            request,
+            "admin/passkey/backendtoken/created.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "token": obj,
+                "raw_token": request._verify_token_raw,
+                "title": "Verify-assertion token created",
+            },
+        )
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke_tokens(self, request, queryset):
+        count = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            token.revoke()
+            count += 1
+        self.message_user(request, f"{count} token(s) revoked.", messages.SUCCESS)

@@ -1,18 +1,43 @@
 import hashlib
+import hmac
 import json
+import math
 import secrets
+import time
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
+from webauthn import (
+    generate_authentication_options,
+    generate_registration_options,
+    options_to_json,
+    verify_registration_response,
+)
+from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
+from webauthn.helpers.exceptions import WebAuthnException
+from webauthn.helpers.structs import (
+    AuthenticatorSelectionCriteria,
+    AuthenticatorTransport,
+    PublicKeyCredentialDescriptor,
+    ResidentKeyRequirement,
+    UserVerificationRequirement,
+)
 
 from mcplet_host import audit
 from mcplet_host.celery import enqueue
+from passkey import assertions
+from passkey.assertions import Refused
+from passkey.challenges import CHALLENGE_TTL, ChallengeRecord
 
 RESUME_TASK = "mcplet_host.resume_call"
 ASSERTION_CACHE_TTL = 120  # seconds an assertion may wait in the cache for its injection
+APPROVE_PERMISSION = "passkey.approve_ceremony"
+REFUSED_EVENT = "mcplet.passkey.refused"
 
 
 def arguments_hash(tool_name, arguments):
@@ -21,6 +46,260 @@ def arguments_hash(tool_name, arguments):
         {"tool": tool_name, "arguments": arguments}, sort_keys=True, separators=(",", ":")
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def require_user_verification():
+    """Passkeys verify the person (PIN, biometrics), not only their presence."""
+    return getattr(settings, "PASSKEY_REQUIRE_USER_VERIFICATION", True)
+
+
+def audit_refusal(stage, refusal, *, ceremony=None, user=None, server=None, tool=""):
+    """Every refused passkey step is an audit event: who tried what, and why — never the
+    assertion itself."""
+    if user is not None:
+        actor = {"actor_type": audit.ActorType.USER, "actor_id": user.get_username()}
+    else:
+        name = f"server:{server.name}" if server is not None else ""
+        actor = {"actor_type": audit.ActorType.SYSTEM, "actor_id": name}
+    details = {"stage": stage, "reason": refusal.reason}
+    if ceremony is not None:
+        details |= {"ceremony": ceremony.token[:8], "agent": ceremony.agent_id}
+    audit.record(
+        REFUSED_EVENT,
+        **actor,
+        target_server=ceremony.server_name if ceremony else getattr(server, "name", ""),
+        target_tool=ceremony.tool_name if ceremony else str(tool)[:200],
+        result=audit.BLOCKED,
+        trace_id=ceremony.trace_id if ceremony else "",
+        details=details,
+    )
+
+
+class PasskeyCredentialQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(revoked_at__isnull=True, user__is_active=True)
+
+
+class PasskeyCredential(models.Model):
+    """One registered passkey of an approver. A user may hold several; revoked ones stay listed
+    (who approved what with which key remains readable) but never verify again."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="passkeys"
+    )
+    name = models.CharField(max_length=100, help_text="Which key this is, e.g. 'work laptop'.")
+    credential_id = models.CharField(max_length=1400, unique=True, editable=False)  # base64url
+    public_key = models.BinaryField(editable=False)  # COSE, as registered
+    sign_count = models.PositiveBigIntegerField(default=0, editable=False)
+    transports = models.JSONField(default=list, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = PasskeyCredentialQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["user", "-created_at"]
+        verbose_name = "passkey"
+
+    def __str__(self):
+        return f"{self.name} ({self.user.get_username()})"
+
+    @staticmethod
+    def user_handle(user):
+        """The WebAuthn user.id: stable per user and opaque (no name or e-mail in it)."""
+        return salted_hmac("passkey.user-handle", str(user.pk), algorithm="sha256").digest()
+
+    @classmethod
+    def registration_options(cls, user):
+        """Creation options for one more passkey of `user`; the challenge waits in the cache."""
+        _check_approver(user)
+        challenge = secrets.token_bytes(32)
+        cache.set(_registration_key(user), challenge, CHALLENGE_TTL)
+        verification = (
+            UserVerificationRequirement.REQUIRED
+            if require_user_verification()
+            else UserVerificationRequirement.PREFERRED
+        )
+        options = generate_registration_options(
+            rp_id=settings.PASSKEY_RP_ID,
+            rp_name=settings.PASSKEY_RP_NAME,
+            user_id=cls.user_handle(user),
+            user_name=user.get_username(),
+            user_display_name=user.get_full_name() or user.get_username(),
+            challenge=challenge,
+            timeout=CHALLENGE_TTL * 1000,
+            authenticator_selection=AuthenticatorSelectionCriteria(
+                resident_key=ResidentKeyRequirement.PREFERRED, user_verification=verification
+            ),
+            exclude_credentials=[c.descriptor() for c in cls.objects.active().filter(user=user)],
+        )
+        return json.loads(options_to_json(options))
+
+    @classmethod
+    def register(cls, user, name, credential_json, origin):
+        """Verify a new passkey (`credential.toJSON()` of navigator.credentials.create) and keep
+        it. Registering approves nothing (§7.2 Phase 3)."""
+        _check_approver(user)
+        key = _registration_key(user)
+        challenge = cache.get(key)
+        if challenge is None or not cache.delete(key):  # the delete decides who used it
+            raise Refused(assertions.UNKNOWN_CHALLENGE, "The registration expired; try again.")
+        try:
+            verified = verify_registration_response(
+                credential=credential_json,
+                expected_challenge=challenge,
+                expected_origin=origin,
+                expected_rp_id=settings.PASSKEY_RP_ID,
+                require_user_verification=require_user_verification(),
+            )
+        except (WebAuthnException, ValueError, TypeError) as exc:
+            raise Refused(assertions.BAD_SIGNATURE, f"The passkey was not accepted: {exc}") from exc
+        response = credential_json.get("response") if isinstance(credential_json, dict) else {}
+        transports = (response or {}).get("transports") or []
+        credential_id = bytes_to_base64url(verified.credential_id)
+        if cls.objects.filter(credential_id=credential_id).exists():
+            raise Refused(assertions.MALFORMED, "This passkey is already registered.", 409)
+        passkey = cls.objects.create(
+            user=user,
+            name=(name or "").strip()[:100] or f"Passkey {timezone.now():%Y-%m-%d %H:%M}",
+            credential_id=credential_id,
+            public_key=verified.credential_public_key,
+            sign_count=verified.sign_count,
+            transports=[t for t in transports if isinstance(t, str)][:8],
+        )
+        audit.record(
+            "mcplet.passkey.registered",
+            actor_type=audit.ActorType.USER,
+            actor_id=user.get_username(),
+            details={"passkey": passkey.name, "credential": credential_id[:12]},
+        )
+        return passkey
+
+    @property
+    def is_active(self):
+        return self.revoked_at is None
+
+    @property
+    def state(self):
+        return "active" if self.is_active else "revoked"
+
+    def descriptor(self):
+        transports = []
+        for name in self.transports:
+            try:
+                transports.append(AuthenticatorTransport(name))
+            except ValueError:
+                continue  # a transport this py_webauthn does not know: only a hint anyway
+        return PublicKeyCredentialDescriptor(
+            id=base64url_to_bytes(self.credential_id), transports=transports or None
+        )
+
+    def verify(self, credential, *, challenge, origin):
+        """Verify an assertion made with this passkey and advance its sign count, once: of two
+        assertions racing with one count, only one gets through."""
+        count = assertions.verify(
+            credential,
+            challenge=challenge,
+            origin=origin,
+            rp_id=settings.PASSKEY_RP_ID,
+            public_key=bytes(self.public_key),
+            sign_count=self.sign_count,
+            require_uv=require_user_verification(),
+        )
+        moved = PasskeyCredential.objects.filter(pk=self.pk, sign_count=self.sign_count).update(
+            sign_count=count, last_used_at=timezone.now()
+        )
+        if not moved:
+            raise Refused(assertions.REPLAYED, "This assertion was already used.", 403)
+        self.sign_count = count
+        return count
+
+    def revoke(self, by=None):
+        if self.revoked_at is not None:
+            return False
+        self.revoked_at = timezone.now()
+        self.save(update_fields=["revoked_at"])
+        audit.record(
+            "mcplet.passkey.revoked",
+            actor_type=audit.ActorType.USER if by else audit.ActorType.SYSTEM,
+            actor_id=by.get_username() if by else "",
+            details={"passkey": self.name, "owner": self.user.get_username()},
+        )
+        return True
+
+
+def _registration_key(user):
+    return f"passkey:registration:{user.pk}"
+
+
+def _check_approver(user):
+    if not (user.is_active and user.has_perm(APPROVE_PERMISSION)):
+        raise Refused(assertions.NOT_AN_APPROVER, "Only approvers hold passkeys here.", 403)
+
+
+VERIFY_KEY_PREFIX = "mcpv_"
+
+
+def hash_token(raw):
+    # Tokens carry 256 bits of randomness, so a fast hash is enough (no password stretching).
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class BackendToken(models.Model):
+    """How an MCP server authenticates to `POST /auth/verify-assertion` (§7.1.2). Only its
+    SHA-256 is stored; the token is shown once, at creation."""
+
+    server = models.ForeignKey(
+        "pools.McpServer", on_delete=models.CASCADE, related_name="verify_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True, help_text="Where it is deployed.")
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "verify-assertion token"
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.server.name})"
+
+    @classmethod
+    def issue(cls, server, name=""):
+        """A token for `server`; returns (BackendToken, raw token). The raw token is not kept."""
+        raw = VERIFY_KEY_PREFIX + secrets.token_urlsafe(32)
+        prefix = raw[: len(VERIFY_KEY_PREFIX) + 8]
+        token = cls.objects.create(
+            server=server, name=name, prefix=prefix, token_hash=hash_token(raw)
+        )
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw):
+        """The live token matching `raw`, or None."""
+        if not raw or not raw.startswith(VERIFY_KEY_PREFIX):
+            return None
+        token = (
+            cls.objects.select_related("server")
+            .filter(prefix=raw[: len(VERIFY_KEY_PREFIX) + 8], revoked_at__isnull=True)
+            .first()
+        )
+        if token is None or not hmac.compare_digest(token.token_hash, hash_token(raw)):
+            return None
+        cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        return token
+
+    @property
+    def state(self):
+        return "active" if self.revoked_at is None else "revoked"
+
+    def revoke(self):
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
 
 
 class CeremonyQuerySet(models.QuerySet):
@@ -99,6 +378,9 @@ class Ceremony(models.Model):
 
     def __str__(self):
         return f"{self.tool_name} for {self.agent_id} ({self.status})"
+
+    def get_absolute_url(self):
+        return reverse("passkey:ceremony", args=[self.token])
 
     @classmethod
     def open(
@@ -245,3 +527,160 @@ class Ceremony(models.Model):
         assertion = cache.get(self.assertion_key)
         cache.delete(self.assertion_key)
         return assertion
+
+    # --- approving with a passkey (the views stay thin: everything that decides is here) ------
+
+    @property
+    def seconds_left(self):
+        # Rounded up: the page's countdown must not end before the server's expiry.
+        return max(0, math.ceil((self.expires_at - timezone.now()).total_seconds()))
+
+    @property
+    def needs_assertion(self):
+        """Strict tool calls carry the assertion to the MCPlet; the rest need the approval."""
+        return self.kind == self.Kind.TOOL_CALL and self.enforcement == self.Enforcement.STRICT
+
+    def check_open(self):
+        if self.status != self.Status.PENDING:
+            raise Refused(
+                assertions.NOT_PENDING, f"This call is already {self.get_status_display()}.", 410
+            )
+        if self.is_overdue:
+            raise Refused(assertions.EXPIRED, "This approval expired; nothing will run.", 410)
+
+    def issue_challenge(self, user):
+        """WebAuthn request options for `user` to approve this call: a fresh challenge derived
+        from the call, alive < 60 s, usable once, kept in the cache only."""
+        try:
+            _check_approver(user)
+            self.check_open()
+            passkeys = list(PasskeyCredential.objects.active().filter(user=user))
+            if not passkeys:
+                raise Refused(assertions.NO_PASSKEY, "Register a passkey first.", 409)
+        except Refused as refusal:
+            audit_refusal("challenge", refusal, ceremony=self, user=user)
+            raise
+        ttl = max(1, min(CHALLENGE_TTL, self.seconds_left))
+        _, challenge = ChallengeRecord.issue(self, user, ttl)
+        options = generate_authentication_options(
+            rp_id=settings.PASSKEY_RP_ID,
+            challenge=challenge,
+            timeout=ttl * 1000,
+            allow_credentials=[p.descriptor() for p in passkeys],
+            user_verification=UserVerificationRequirement.REQUIRED
+            if require_user_verification()
+            else UserVerificationRequirement.PREFERRED,
+        )
+        return json.loads(options_to_json(options))
+
+    def approve_with_passkey(self, user, credential_json, origin):
+        """The callback: verify `user`'s assertion (`credential.toJSON()`) for this very call
+        on the page `origin`, then approve. A strict call gets the §7.3.1 payload injected; the
+        assertion goes to the cache, never the database. Raises Refused (audited)."""
+        try:
+            self._approve_with_passkey(user, credential_json, origin)
+        except Refused as refusal:
+            audit_refusal("callback", refusal, ceremony=self, user=user)
+            raise
+
+    def _approve_with_passkey(self, user, credential_json, origin):
+        _check_approver(user)
+        credential, client_data = assertions.parse(credential_json)
+        challenge = client_data.challenge
+        record = ChallengeRecord.find(challenge)
+        if record is None:
+            raise Refused(assertions.UNKNOWN_CHALLENGE, "This challenge was never issued.", 403)
+        if record.ceremony_id != self.pk:
+            raise Refused(assertions.WRONG_CEREMONY, "This assertion is for another call.", 403)
+        if record.user_id != user.pk:
+            raise Refused(assertions.WRONG_USER, "This challenge was issued to someone else.", 403)
+        if record.state != record.ISSUED or not record.claim("callback"):
+            raise Refused(assertions.ALREADY_USED, "This challenge was already used.", 403)
+        if record.expired:
+            raise Refused(assertions.EXPIRED, "The challenge expired; approve again.", 403)
+        self.check_open()
+        if not record.binds(self.nonce, self.arguments_hash, challenge):
+            raise Refused(assertions.WRONG_CALL, "The challenge is not bound to this call.", 403)
+        passkey = PasskeyCredential.objects.active().filter(user=user, credential_id=credential.id)
+        passkey = passkey.first()
+        if passkey is None:
+            raise Refused(assertions.UNKNOWN_CREDENTIAL, "This passkey is not registered.", 403)
+        count = passkey.verify(credential, challenge=challenge, origin=origin)
+        # Recorded before approve(): an eager resume may ask verify-assertion at once.
+        record.state, record.origin = record.APPROVED, origin
+        record.credential_id, record.sign_count = passkey.credential_id, count
+        record.expires = time.time() + ASSERTION_CACHE_TTL + settings.MCPLET_TOOL_TIMEOUT
+        record.save()
+        payload = assertions.mcplet_auth(credential, challenge) if self.needs_assertion else None
+        if not self.approve(user, assertion=payload):
+            cache.delete(record.key)
+            raise Refused(assertions.NOT_PENDING, "This call was decided meanwhile.", 410)
+
+    @classmethod
+    def verify_for_backend(cls, server, mcplet_auth, tool, arguments):
+        """`POST /auth/verify-assertion` (§7.1.2, §7.2 Phase 6): does `mcplet_auth` authorise
+        exactly this call of `tool` with `arguments` on `server`? Returns the ceremony, once per
+        assertion; raises Refused (audited)."""
+        ceremony = None
+        try:
+            credential, client_data = assertions.from_mcplet_auth(mcplet_auth)
+            record = ChallengeRecord.find(client_data.challenge)
+            if record is not None:
+                ceremony = cls.objects.filter(pk=record.ceremony_id).first()
+            if ceremony is None:
+                raise Refused(assertions.UNKNOWN_CHALLENGE, "This challenge is unknown.", 200)
+            ceremony._verify_for_backend(server, record, credential, client_data, tool, arguments)
+        except Refused as refusal:
+            audit_refusal("verify", refusal, ceremony=ceremony, server=server, tool=tool)
+            raise
+        audit.record(
+            "mcplet.passkey.verified",
+            actor_type=audit.ActorType.SYSTEM,
+            actor_id=f"server:{server.name}",
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.SUCCESS,
+            trace_id=ceremony.trace_id,
+            details={
+                "ceremony": ceremony.token[:8],
+                "approved_by": getattr(ceremony.decided_by, "username", ""),
+            },
+        )
+        return ceremony
+
+    def _verify_for_backend(self, server, record, credential, client_data, tool, arguments):
+        if cache.get(f"{record.key}:verify") is not None:
+            raise Refused(assertions.ALREADY_USED, "This assertion was already verified.", 200)
+        if record.state != record.APPROVED:
+            raise Refused(assertions.NOT_APPROVED, "Nobody approved with this challenge.", 200)
+        if record.expired:
+            raise Refused(assertions.EXPIRED, "The approval's verification window passed.", 200)
+        if self.status not in (self.Status.APPROVED, self.Status.EXECUTING):
+            raise Refused(assertions.NOT_APPROVED, f"The call is {self.status}.", 200)
+        if self.mcplet_id:
+            same_server = self.mcplet.server_id == server.pk
+        else:
+            same_server = self.server_name == server.name
+        if not same_server:
+            raise Refused(assertions.WRONG_SERVER, "This call goes to another server.", 200)
+        same_call = tool == self.tool_name and record.binds(
+            self.nonce, arguments_hash(tool, arguments), client_data.challenge
+        )
+        if not same_call:
+            raise Refused(assertions.WRONG_CALL, "The approval was for another call.", 200)
+        passkey = PasskeyCredential.objects.active().filter(credential_id=credential.id).first()
+        if passkey is None or credential.id != record.credential_id:
+            raise Refused(assertions.UNKNOWN_CREDENTIAL, "This passkey is not registered.", 200)
+        # The host's callback already advanced the count: this one re-verification of the same
+        # assertion may show an equal count, never an older one.
+        assertions.verify(
+            credential,
+            challenge=client_data.challenge,
+            origin=record.origin,
+            rp_id=settings.PASSKEY_RP_ID,
+            public_key=bytes(passkey.public_key),
+            sign_count=max(record.sign_count - 1, 0),
+            require_uv=require_user_verification(),
+        )
+        if not record.claim("verify"):
+            raise Refused(assertions.ALREADY_USED, "This assertion was already verified.", 200)

@@ -1,3 +1,4 @@
+import os
 import socket
 import threading
 
@@ -10,6 +11,7 @@ from django.core.management.base import BaseCommand
 
 from mcplet_host.asgi import application
 from mcplet_host.celery import app
+from mcplets.restaurant import backend as restaurant_backend
 from pools import watcher
 
 
@@ -29,7 +31,7 @@ class Command(BaseCommand):
             "--concurrency", type=int, default=4, help="Worker threads (default 4)."
         )
 
-    def handle(self, *args, host, port, concurrency, **options):
+    def handle(self, *args, host, port, concurrency, restaurant_port, **options):
         worker = WorkController(
             app=app,
             hostname=f"runhost@{socket.gethostname()}",
@@ -50,6 +52,7 @@ class Command(BaseCommand):
         worker_thread.start()
         beat.start()
         stop_watcher = watcher.start_in_thread()
+        restaurant = self._start_restaurant(restaurant_port)
         try:
             Server(
                 application=application,
@@ -57,6 +60,22 @@ class Command(BaseCommand):
                 signal_handlers=True,
             ).run()
         finally:
+            if restaurant is not None:
+                restaurant.shutdown()
+                restaurant.server_close()
             stop_watcher()
             beat.stop()
             worker.stop(in_sighandler=False)
+
+    def _start_restaurant(self, port):
+        """The reference scenario's CRM/ERP/weather/e-mail service, so the demo runs offline."""
+        if not port:
+            return None
+        os.environ.setdefault("RESTAURANT_OUTBOX", str(settings.VAR_DIR / "outbox"))
+        try:
+            server, url = restaurant_backend.serve_in_thread("127.0.0.1", port)
+        except OSError as exc:
+            self.stdout.write(f"  restaurant backing service not started: {exc}")
+            return None
+        self.stdout.write(f"  restaurant backing service: {url} (e-mails land in var/outbox/)")
+        return server

@@ -1,0 +1,687 @@
+"""Partner A2A endpoint benchmark: requests per second of refused, forbidden and accepted task
+submissions beside a trivial authenticated endpoint, against the real server.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
+    REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench .venv/bin/python bench/a2a_endpoint.py \\
+        [--seconds 10] [--clients 16] [--warmup 2] [--rate 1000000/min] [--worker]
+        [--profile [--requests 300] [--top 20]]
+
+The server is the real ASGI application in one `daphne` process (`mcplet_host.asgi:application`,
+started by this script through daphne's own command line, see `--daphne` below) on PostgreSQL
+and Redis, with MCPLET_PARTNER_RATE=--rate so the partner is never throttled. `--clients`
+concurrent clients (asyncio + httpx, keep-alive connections) send one kind of request each for
+`--seconds` (after `--warmup` untimed seconds), and the script prints requests/s, the median,
+p95 and mean latency, the CPU the server process used per request, and the ratios to the
+trivial endpoint. The kinds:
+
+- trivial: `GET /a2a/agents/bench-echo` (200), a card: authentication (key look-up and its
+  last_used_at UPDATE), the throttle (Redis), one SELECT, the audit event. There is no lighter
+  authenticated DRF endpoint in the server: every partner view does the same first steps.
+- refused: `POST /a2a/tasks` with a well-formed but unknown key (401): one SELECT, the audit
+  event.
+- forbidden: a valid task to `bench-private`, an internal agent the partner may not call (403).
+- accepted: a valid task (a fresh messageId each time) to `bench-echo`, which the partner may
+  call. The server runs with MCPLET_A2A_WAIT=0 and no worker, so "accepted" is persisted,
+  signed, queued to Redis and answered 202 at once: the endpoint's own cost, not a run's.
+- trivial (again): the first kind once more, to show drift from the growing tables.
+
+With `--worker`, a second server (MCPLET_A2A_WAIT=5) and a Celery worker whose `bench-echo`
+handler (`bench.a2a_endpoint.Done`, no LLM) finishes each run at once add a row "answered":
+accepted tasks that the worker runs and the server answers 200 with the response.
+
+Then, in this process (Django's test client, no HTTP), one request of each kind runs under
+CaptureQueriesContext and its SQL is listed; `--profile` adds a cProfile of `--requests`
+sequential requests of each kind.
+
+The published `agents.deliver` tasks travel on a private queue (deleted at the end), so no other
+worker on the same Redis takes them. The database is DATABASE_URL's with `_a2a` appended to its
+name (`mcplet_bench_a2a`; created if missing, migrated), because the agents, A2A and audit tables
+are cleared at the start and another benchmark may be using `mcplet_bench` meanwhile. Nothing is
+asserted: it is a benchmark.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import logging
+import os
+import pstats
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PARTNER, ECHO, PRIVATE = "bench-partner", "bench-echo", "bench-private"
+HANDLER = "bench.a2a_endpoint.Done"  # importable by the worker: it runs with the repo root as cwd
+QUEUE_ENV = "MCPLET_BENCH_A2A_QUEUE"
+CONN_ENV = "MCPLET_BENCH_A2A_CONN_MAX_AGE"
+PROFILE_ENV = "MCPLET_BENCH_A2A_PROFILE"
+BROADCAST_ENV = "MCPLET_BENCH_A2A_BROADCAST"
+UNKNOWN_KEY = "mcpk_" + "0" * 43  # the shape of a real key; no key has this prefix
+ASGI_APP = "mcplet_host.asgi:application"
+
+
+class Done:
+    """bench-echo's handler (Agent.handler): no LLM work, it finishes the run at once."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def advance(self):
+        from agents import runner
+        from agents.models import AgentRun
+
+        runner.finish(self.run, AgentRun.Status.SUCCESS, result={"done": True})
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="timed seconds per kind")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
+    parser.add_argument("--warmup", type=float, default=2.0, help="untimed seconds per kind")
+    parser.add_argument(
+        "--rate",
+        default="1000000/min",
+        help="MCPLET_PARTNER_RATE of the server (default: %(default)s). DRF keeps one timestamp "
+        "per request of the window in the cache, read and written whole at each request.",
+    )
+    parser.add_argument(
+        "--conn-max-age",
+        default="0",
+        help="the server's CONN_MAX_AGE: seconds, or 'settings' for the settings' own (60). "
+        "Under daphne every request runs in a thread of its own, so a persistent connection is "
+        "one per request, left open: with 'settings' the server exhausts PostgreSQL's "
+        "max_connections in seconds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--without-broadcast",
+        action="store_true",
+        help="disconnect the dashboard's broadcast of each audit event (a Redis channel-layer "
+        "group_send per request) in the server, to measure its share",
+    )
+    parser.add_argument("--worker", action="store_true", help="also measure answered tasks")
+    parser.add_argument("--keep", action="store_true", help="keep the server and worker logs")
+    parser.add_argument("--profile", action="store_true", help="cProfile each kind in process")
+    parser.add_argument(
+        "--server-profile",
+        action="store_true",
+        help="then, for each kind, a server of its own under cProfile (every thread: the event "
+        "loop and each request's thread), loaded for --seconds; prints its hot spots",
+    )
+    parser.add_argument("--requests", type=int, default=300, help="--profile: requests per kind")
+    parser.add_argument("--top", type=int, default=20, help="--profile: rows per profile")
+    return parser.parse_args(argv)
+
+
+# --- set-up -----------------------------------------------------------------------------------
+
+
+def ensure_postgres_database(url):
+    import dj_database_url
+    import psycopg
+    from psycopg import sql
+
+    config = dj_database_url.parse(url)
+    params = {"HOST": "host", "PORT": "port", "USER": "user", "PASSWORD": "password"}
+    params = {arg: config[key] for key, arg in params.items() if config.get(key)}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        query = "SELECT 1 FROM pg_database WHERE datname = %s"
+        if not conn.execute(query, (config["NAME"],)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
+            print(f"created database {config['NAME']!r}")
+
+
+def own_database(url):
+    """DATABASE_URL's server with a database of this benchmark's own (`<name>_a2a`): it clears
+    tables, which must not be those another benchmark is using at the same time."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") or "mcplet_bench"
+    return urlunsplit(parts._replace(path=f"/{name}_a2a"))
+
+
+def setup_database():
+    """Migrate, clear the agents, A2A and audit tables; the partner, its key, two agents."""
+    from django.core.management import call_command
+    from django.core.management.color import no_style
+    from django.db import connection
+
+    from a2a.models import A2AMessage, PartnerKey
+    from agents.models import Agent, AgentRun
+    from mcplet_host.models import AuditChainHead, AuditEvent
+
+    call_command("migrate", verbosity=0)
+    through = [field.remote_field.through for field in Agent._meta.many_to_many]
+    models = [AgentRun, A2AMessage, PartnerKey, *through, Agent, AuditEvent, AuditChainHead]
+    tables = [m._meta.db_table for m in models]
+    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True, allow_cascade=True)
+    connection.ops.execute_sql_flush(flush)
+    partner = Agent.objects.create(
+        agent_id=PARTNER, display_name="Bench partner", kind=Agent.Kind.EXTERNAL
+    )
+    echo = Agent.objects.create(
+        agent_id=ECHO, display_name="Bench echo", kind=Agent.Kind.INTERNAL, handler=HANDLER
+    )
+    Agent.objects.create(agent_id=PRIVATE, display_name="Not callable", kind=Agent.Kind.INTERNAL)
+    partner.callable_agents.set([echo])
+    _, raw = PartnerKey.issue(partner, "bench")
+    return raw
+
+
+def describe_database():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        version += f", synchronous_commit={cursor.fetchone()[0]}"
+    return f"PostgreSQL {version} ({connection.settings_dict['NAME']})"
+
+
+def queued_requests():
+    from a2a.models import A2AMessage
+
+    return A2AMessage.objects.filter(state=A2AMessage.State.QUEUED).count()
+
+
+def delete_queue(name):
+    from mcplet_host.celery import app
+
+    with app.connection_for_write() as conn, contextlib.suppress(Exception):
+        conn.default_channel.queue_delete(name)
+
+
+def delete_throttle_history():
+    from django.core.cache import cache
+
+    from a2a.api import PartnerRateThrottle
+
+    cache.delete(PartnerRateThrottle.cache_format % {"scope": "partner", "ident": PARTNER})
+
+
+# --- the server and the worker ----------------------------------------------------------------
+
+
+def daphne_main(argv):
+    """`--daphne ARGS`: daphne's own command line, after pointing the Celery app at the
+    private queue of QUEUE_ENV and setting CONN_MAX_AGE from CONN_ENV. The application is
+    otherwise unchanged: `mcplet_host.asgi:application`."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
+    django.setup()
+    from daphne.cli import CommandLineInterface
+
+    from mcplet_host.celery import app
+
+    app.conf.task_default_queue = os.environ[QUEUE_ENV]
+    if os.environ.get(CONN_ENV, "settings") != "settings":
+        from django.db import connections
+
+        connections.settings["default"]["CONN_MAX_AGE"] = int(os.environ[CONN_ENV])
+    if os.environ.get(BROADCAST_ENV) == "off":
+        from mcplet_host.signals import audit_recorded
+
+        audit_recorded.disconnect(dispatch_uid="dashboard.audit")
+    if not os.environ.get(PROFILE_ENV):
+        CommandLineInterface().run(argv)
+        return
+    with profile_all_threads(os.environ[PROFILE_ENV]):
+        CommandLineInterface().run(argv)
+
+
+@contextlib.contextmanager
+def profile_all_threads(path):
+    """cProfile the main thread and every thread started meanwhile (under daphne, each request
+    runs its sync code in a thread of its own), merged into one stats file at `path`."""
+    import threading
+
+    lock, merged = threading.Lock(), []
+    original_run = threading.Thread.run
+
+    def add(profiler):
+        with lock:
+            if merged:
+                merged[0].add(profiler)
+            else:
+                merged.append(pstats.Stats(profiler))
+
+    def run(thread):
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            original_run(thread)
+        finally:
+            profiler.disable()
+            add(profiler)
+
+    threading.Thread.run = run
+    main = cProfile.Profile()
+    main.enable()
+    try:
+        yield
+    finally:
+        main.disable()
+        threading.Thread.run = original_run
+        add(main)
+        merged[0].dump_stats(path)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid=None):
+    """CPU time (user + system) of a process so far, from /proc; NaN where there is none."""
+    try:
+        stat = Path(f"/proc/{pid or os.getpid()}/stat").read_text()
+    except OSError:
+        return float("nan")
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop(process):
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def log_tail(path, what):
+    tail = Path(path).read_text(errors="replace")[-3000:]
+    print(f"--- {what} log ({path}), last lines ---\n{tail}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def server(env, log_path, timeout=60):
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).resolve()), "--daphne"]
+    command += ["-b", "127.0.0.1", "-p", str(port), "-v", "0", ASGI_APP]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited ({process.returncode}) before it was up")
+            with contextlib.suppress(httpx.TransportError):
+                health = httpx.get(f"{url}/healthz", timeout=5)
+                if health.status_code == 200:
+                    break
+                raise RuntimeError(f"/healthz answered {health.status_code}: {health.text}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server was not up after {timeout} s")
+            time.sleep(0.2)
+        yield url, process
+    except BaseException:
+        log_tail(log_path, "server")
+        raise
+    finally:
+        stop(process)
+
+
+@contextlib.contextmanager
+def celery_worker(queue, env, log_path, timeout=90):
+    from mcplet_host.celery import app
+
+    name = f"{queue}@{socket.gethostname()}"
+    command = [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker", "-P", "threads"]
+    command += ["-c", "4", "-n", name, "-Q", queue, "--without-mingle", "--without-gossip"]
+    command += ["-l", "WARNING"]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + timeout
+        while not app.control.ping(destination=[name], timeout=1):
+            if process.poll() is not None:
+                raise RuntimeError(f"the worker exited ({process.returncode}) before it was up")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not answer a ping after {timeout} s")
+        yield process
+    except BaseException:
+        log_tail(log_path, "worker")
+        raise
+    finally:
+        stop(process)
+
+
+# --- the requests -----------------------------------------------------------------------------
+
+
+def task_body(recipient):
+    """A valid §18.4 task request with fresh ids, built without validation (client CPU)."""
+    return json.dumps(
+        {
+            "messageId": str(uuid.uuid4()),
+            "contextId": str(uuid.uuid4()),
+            "senderId": PARTNER,
+            "recipientId": recipient,
+            "timestamp": "2026-03-27T08:00:00.000Z",
+            "type": "task_request",
+            "payload": {"parameters": {"store": "shinjuku"}},
+        }
+    ).encode()
+
+
+def kinds(raw_key):
+    """kind → (expected status, method, path, headers, body factory or None)."""
+    auth = {"Authorization": f"Bearer {raw_key}"}
+    post = {**auth, "Content-Type": "application/json"}
+    unknown = {"Authorization": f"Bearer {UNKNOWN_KEY}", "Content-Type": "application/json"}
+    return {
+        "trivial": (200, "GET", f"/a2a/agents/{ECHO}", auth, None),
+        "refused": (401, "POST", "/a2a/tasks", unknown, lambda: task_body(ECHO)),
+        "forbidden": (403, "POST", "/a2a/tasks", post, lambda: task_body(PRIVATE)),
+        "accepted": (202, "POST", "/a2a/tasks", post, lambda: task_body(ECHO)),
+        "answered": (200, "POST", "/a2a/tasks", post, lambda: task_body(ECHO)),
+    }
+
+
+async def _load(url, spec, clients, warmup, seconds):
+    import httpx
+
+    expected, method, path, headers, body = spec
+    latencies, statuses = [], Counter()
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+        start = time.perf_counter()
+        timed_from, end = start + warmup, start + warmup + seconds
+
+        async def one_client():
+            while (now := time.perf_counter()) < end:
+                content = body() if body else None
+                response = await client.request(method, path, headers=headers, content=content)
+                done = time.perf_counter()
+                if now >= timed_from:
+                    statuses[response.status_code] += 1
+                    if response.status_code == expected:
+                        latencies.append(done - now)
+
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        return latencies, statuses, time.perf_counter() - timed_from
+
+
+def load(url, name, spec, args, server_pid):
+    print(f"  {name}: {args.warmup:g} s warm-up, {args.seconds:g} s timed ...", flush=True)
+    cpu_client, cpu_server = time.process_time(), cpu_seconds(server_pid)
+    latencies, statuses, elapsed = asyncio.run(
+        _load(url, spec, args.clients, args.warmup, args.seconds)
+    )
+    total = args.warmup + args.seconds
+    cpu_client = (time.process_time() - cpu_client) * args.seconds / total
+    cpu_server = (cpu_seconds(server_pid) - cpu_server) * args.seconds / total
+    n = len(latencies)
+    ms = sorted(x * 1000 for x in latencies) or [float("nan")]
+    return {
+        "expected": spec[0],
+        "n": n,
+        "rps": n / elapsed,
+        "median": statistics.median(ms),
+        "p95": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
+        "mean": statistics.fmean(ms),
+        "other": {code: c for code, c in statuses.items() if code != spec[0]},
+        # CPU over the whole phase (warm-up included), scaled to the timed part: approximate
+        "server_cpu_ms": cpu_server / n * 1000 if n else float("nan"),
+        "client_cpu_ms": cpu_client / n * 1000 if n else float("nan"),
+    }
+
+
+# --- in process: queries and profile ----------------------------------------------------------
+
+
+def in_process_client():
+    from django.test import Client
+
+    return Client(SERVER_NAME="127.0.0.1")
+
+
+def in_process_request(client, spec):
+    _, method, path, headers, body = spec
+    extra = {"headers": {k: v for k, v in headers.items() if k != "Content-Type"}}
+    if method == "GET":
+        return client.get(path, **extra)
+    return client.post(path, data=body(), content_type="application/json", **extra)
+
+
+def queries_per_kind(raw_key, names):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    specs, client, captured = kinds(raw_key), in_process_client(), {}
+    for name in names:
+        in_process_request(client, specs[name])  # warm
+        with CaptureQueriesContext(connection) as queries:
+            response = in_process_request(client, specs[name])
+        captured[name] = (response.status_code, [q["sql"] for q in queries.captured_queries])
+    return captured
+
+
+def profile_kinds(raw_key, names, n, top):
+    specs, client = kinds(raw_key), in_process_client()
+    for name in names:
+        for _ in range(20):
+            in_process_request(client, specs[name])
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        profiler.enable()
+        for _ in range(n):
+            in_process_request(client, specs[name])
+        profiler.disable()
+        per = (time.perf_counter() - start) / n * 1000
+        for order in ("cumulative", "tottime"):
+            out = io.StringIO()
+            stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order)
+            stats.print_stats(top)
+            print(f"\n--- cProfile, {name}, {n} in-process requests ({per:.2f} ms each under")
+            print(f"the profiler), by {order} ---\n{out.getvalue().strip()}")
+
+
+def profile_servers(specs, names, args, env, workdir):
+    for name in names:
+        path = workdir / f"{name}.pstats"
+        with server({**env, PROFILE_ENV: str(path)}, workdir / f"profile-{name}.log") as (
+            url,
+            process,
+        ):
+            result = load(url, name, specs[name], args, process.pid)
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not path.exists():
+            print(f"\n(no profile of the {name} server: it did not exit cleanly)")
+            continue
+        for order in ("tottime", "cumulative"):
+            out = io.StringIO()
+            stats = pstats.Stats(str(path), stream=out).strip_dirs().sort_stats(order)
+            stats.print_stats(args.top)
+            print(
+                f"\n--- cProfile of the server, {name}: {result['rps']:.1f} req/s under the "
+                f"profiler, all threads (warm-up and start-up included), by {order} ---\n"
+                f"{out.getvalue().strip()}"
+            )
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def load_average():
+    """The 1-minute load average: other work on the machine skews the figures."""
+    with contextlib.suppress(OSError):
+        return Path("/proc/loadavg").read_text().split()[0]
+    return "?"
+
+
+def print_results(results, clients):
+    print(f"\nResults ({clients} concurrent clients; load average now {load_average()})")
+    head = (
+        f"  {'kind':<16} {'status':>6} {'req/s':>8} {'median ms':>9} {'p95 ms':>8} "
+        f"{'mean ms':>8} {'server CPU ms':>13} {'client CPU ms':>13}  other statuses"
+    )
+    print(head)
+    print("  " + "-" * (len(head) - 2))
+    for name, r in results.items():
+        other = ", ".join(f"{code}×{c}" for code, c in sorted(r["other"].items())) or "-"
+        print(
+            f"  {name:<16} {r['expected']:>6} {r['rps']:>8.1f} {r['median']:>9.2f} "
+            f"{r['p95']:>8.2f} {r['mean']:>8.2f} {r['server_cpu_ms']:>13.2f} "
+            f"{r['client_cpu_ms']:>13.2f}  {other}"
+        )
+    base = results["trivial"]
+    print("\n  ratios to the trivial endpoint (req/s; median latency):")
+    for name, r in results.items():
+        if name != "trivial":
+            print(
+                f"    {name + '/trivial':<26} {r['rps'] / base['rps']:>6.2f} ; "
+                f"{r['median'] / base['median']:>6.2f}"
+            )
+
+
+def print_server_errors(workdir):
+    """The distinct exceptions in the servers' logs (their last lines)."""
+    print("\n  the server answered 5xx; its exceptions (distinct last lines, counts):")
+    for log in sorted(workdir.glob("server*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        ends = Counter(
+            line
+            for i, line in enumerate(lines)
+            if line
+            and not line.startswith((" ", "Traceback", "During", "The above"))
+            and i > 0
+            and lines[i - 1].startswith("    ")
+        )
+        for line, count in ends.most_common(10):
+            print(f"    {log.name}: {count}× {line[:160]}")
+
+
+def print_queries(captured):
+    print("\nSQL per request, in process (Django test client, one request after a warm one):")
+    for name, (status, statements) in captured.items():
+        kinds_count = Counter(sql.split(None, 1)[0].upper() for sql in statements)
+        summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds_count.items()))
+        print(f"\n  {name} ({status}): {len(statements)} statements ({summary})")
+        for sql in statements:
+            text = " ".join(sql.split())
+            print(f"    {text[:120]}{'…' if len(text) > 120 else ''}")
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def refuse(message):
+    print(f"bench/a2a_endpoint.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--daphne"]:
+        return daphne_main(argv[1:])
+    args = parse_args(argv)
+    # Run as a script this module is __main__; the handler path names it bench.a2a_endpoint.
+    sys.modules.setdefault("bench.a2a_endpoint", sys.modules[__name__])
+    if not os.environ.get("REDIS_URL"):
+        refuse("REDIS_URL is not set (e.g. REDIS_URL=redis://127.0.0.1:6379/0).")
+    if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        refuse(
+            "DATABASE_URL must name a throwaway PostgreSQL database (it is cleared), e.g. "
+            "DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench."
+        )
+    queue = f"bench-a2a-{os.getpid()}"
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "mcplet_host.settings",
+            "MCPLET_PARTNER_RATE": args.rate,
+            "MCPLET_A2A_WAIT": "0",
+            QUEUE_ENV: queue,
+            CONN_ENV: args.conn_max_age,
+            BROADCAST_ENV: "off" if args.without_broadcast else "on",
+        }
+    )
+    os.environ["DATABASE_URL"] = own_database(os.environ["DATABASE_URL"])
+    ensure_postgres_database(os.environ["DATABASE_URL"])
+
+    import django
+
+    django.setup()
+    from mcplet_host.celery import app
+
+    app.conf.task_default_queue = queue  # the in-process requests publish there too
+    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-a2a-"))
+    try:
+        raw_key = setup_database()
+        delete_throttle_history()
+        print(f"database: {describe_database()}")
+        print(
+            f"server: daphne, one process, {ASGI_APP}; broker and cache: Redis, private queue "
+            f"{queue!r}; MCPLET_PARTNER_RATE={args.rate}; CONN_MAX_AGE={args.conn_max_age}; "
+            f"dashboard audit broadcast {'off' if args.without_broadcast else 'on'}; "
+            f"{os.cpu_count()} CPUs; load average {load_average()}"
+        )
+        specs, results = kinds(raw_key), {}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with server(env, workdir / "server.log") as (url, process):
+            print(f"server up at {url} (MCPLET_A2A_WAIT=0, no worker)", flush=True)
+            for name in ("trivial", "refused", "forbidden", "accepted", "trivial"):
+                label = name if name not in results else f"{name} (again)"
+                results[label] = load(url, name, specs[name], args, process.pid)
+        if args.worker:
+            env = {**env, "MCPLET_A2A_WAIT": "5"}
+            with (
+                celery_worker(queue, env, workdir / "worker.log"),
+                server(env, workdir / "server2.log") as (url, process),
+            ):
+                print(f"server up at {url} (MCPLET_A2A_WAIT=5, a worker)", flush=True)
+                results["answered"] = load(url, "answered", specs["answered"], args, process.pid)
+        queued = queued_requests()
+        print_results(results, args.clients)
+        if any(code >= 500 for r in results.values() for code in r["other"]):
+            print_server_errors(workdir)
+        print(f"\n  (task requests left queued, never delivered: {queued})")
+        names = ["trivial", "refused", "forbidden", "accepted"]
+        logging.disable(logging.WARNING)  # django.request's lines for the expected 4xx
+        print_queries(queries_per_kind(raw_key, names))
+        if args.profile:
+            profile_kinds(raw_key, names, args.requests, args.top)
+        if args.server_profile:
+            logging.disable(logging.NOTSET)
+            profile_servers(specs, names, args, {**os.environ, "PYTHONUNBUFFERED": "1"}, workdir)
+    finally:
+        with contextlib.suppress(Exception):
+            delete_queue(queue)
+        with contextlib.suppress(Exception):
+            delete_throttle_history()
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        if args.keep:
+            print(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

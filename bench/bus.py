@@ -1,0 +1,931 @@
+"""Local A2A bus benchmark: round trips per second through the real broker, and the per-message
+overhead of signing and persistence.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
+    REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench .venv/bin/python bench/bus.py \\
+        [--messages 500] [--concurrency 4] [--warmup 20] [--wait notify|poll] [--poll-ms 1]
+        [--profile [--top 25]]
+
+A bus round trip is `a2a.bus.send_task("bench-sender", "bench-echo", {"i": i})` from this
+process (validate, sign, persist, and after the commit queue `agents.deliver`); a real Celery
+worker subprocess delivers it (checks the signature, the sender and the recipient, starts an
+AgentRun) and the recipient's handler, `bench.bus.Echo`, does no LLM work: it finishes the run
+at once, which persists the one task response and its audit event. The round trip ends when
+this process learns that the response is committed: by default the worker (and only the
+bench's worker, which imports this module) pushes the request's id to a Redis list from a
+post_save hook after the commit, and this process BLPOPs it; `--wait poll` polls the database
+instead (which costs CPU the worker then lacks on a small machine).
+
+The baseline is an unsigned, unpersisted Celery round trip through the same broker and worker:
+`bench.echo.delay(i).get()`, a task that returns its argument through the Redis result backend.
+
+Both are measured one at a time (latency: median, p95) and in a burst of `--messages` sent at
+once then awaited (throughput), and the ratios bus/baseline are printed, with the CPU time of
+both processes per message and the database sessions opened per message. The bus's
+server-side latency is split into stages from the rows' own timestamps.
+
+Before that, with no worker running, the host-side pieces of one message are timed in this
+process: schema validation, signing, verification, an insert, the whole `send_task` with the
+publish stubbed, the broker publish alone, one ORM look-up and one autocommit UPDATE (unit
+costs), and the worker side, `agents.deliver` called in process, broken down by step with its
+SQL statements. `--profile` adds a CPU-time cProfile of that in-process worker side.
+
+It needs the real broker (REDIS_URL) and a database both processes share (DATABASE_URL; a
+PostgreSQL database is created if missing). It migrates and clears the agents and A2A tables at
+the start, so do not run it beside another benchmark on the same database. Its tasks travel on
+a private queue, so another worker on the same Redis cannot take them; but anything that
+flushes that Redis database meanwhile (the test suite's autouse `cache.clear()` does) drops
+its tasks and results: it warns when it sees that happen. Nothing is asserted.
+"""
+
+import argparse
+import contextlib
+import cProfile
+import functools
+import io
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from unittest import mock
+
+from celery import shared_task
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SENDER = "bench-sender"
+ECHO = "bench-echo"
+HANDLER = "bench.bus.Echo"  # importable by the worker: it runs with the repo root as cwd
+
+
+class Echo:
+    """bench-echo's handler (Agent.handler): no LLM work, it answers its parameters at once."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def advance(self):
+        from agents import runner
+        from agents.models import AgentRun
+
+        runner.finish(self.run, AgentRun.Status.SUCCESS, result={"echo": self.run.parameters})
+
+
+NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
+
+
+@functools.cache
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(os.environ["REDIS_URL"])
+
+
+def _notify_response(sender, instance, created, **kwargs):
+    """(The bench's worker only.) Once a response to bench-sender is committed, push its
+    request's id to a Redis list: the bench learns of it without polling the database."""
+    if created and instance.type == "task_response" and instance.recipient_id == SENDER:
+        from django.db import transaction
+
+        key, reply_to = os.environ[NOTIFY_ENV], str(instance.reply_to)
+        transaction.on_commit(lambda: _redis().rpush(key, reply_to))
+
+
+def _connect_notify():
+    from django.db.models.signals import post_save
+
+    post_save.connect(_notify_response, sender="a2a.A2AMessage", dispatch_uid="bench.bus.notify")
+
+
+if os.environ.get(NOTIFY_ENV):
+    _connect_notify()
+
+
+@shared_task(name="bench.echo")
+def echo(value):
+    """The baseline: a plain Celery round trip with its result (`--include bench.bus`)."""
+    return value
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=500, help="messages per measurement")
+    parser.add_argument("--concurrency", type=int, default=4, help="worker threads")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed round trips of each kind")
+    parser.add_argument(
+        "--wait",
+        choices=("notify", "poll"),
+        default="notify",
+        help="how the bench learns of a bus response: the worker pushes its id to Redis after "
+        "the commit (notify), or the bench polls the database (poll) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--poll-ms", type=float, default=1.0, help="--wait poll: interval of a sequential poll"
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the in-process deliver")
+    parser.add_argument("--top", type=int, default=25, help="rows of profile output")
+    return parser.parse_args(argv)
+
+
+# --- database ---------------------------------------------------------------------------------
+
+
+def ensure_postgres_database(url):
+    import dj_database_url
+    import psycopg
+    from psycopg import sql
+
+    config = dj_database_url.parse(url)
+    params = {"HOST": "host", "PORT": "port", "USER": "user", "PASSWORD": "password"}
+    params = {arg: config[key] for key, arg in params.items() if config.get(key)}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        query = "SELECT 1 FROM pg_database WHERE datname = %s"
+        if not conn.execute(query, (config["NAME"],)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
+            print(f"created database {config['NAME']!r}")
+
+
+def setup_database():
+    """Migrate, clear the agents and A2A tables, create the two agents."""
+    from django.core.management import call_command
+    from django.core.management.color import no_style
+    from django.db import connection
+
+    from a2a.models import A2AMessage, PartnerKey
+    from agents.models import Agent, AgentRun
+
+    call_command("migrate", verbosity=0)
+    models = [
+        AgentRun,
+        A2AMessage,
+        PartnerKey,
+        Agent.accessible_pools.through,
+        Agent.targets.through,
+        Agent,
+    ]
+    tables = [m._meta.db_table for m in models]
+    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True, allow_cascade=True)
+    connection.ops.execute_sql_flush(flush)
+    Agent.objects.create(agent_id=SENDER, display_name="Bench sender", kind=Agent.Kind.INTERNAL)
+    Agent.objects.create(
+        agent_id=ECHO, display_name="Bench echo", kind=Agent.Kind.INTERNAL, handler=HANDLER
+    )
+
+
+def describe_database():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW server_version")
+            version = cursor.fetchone()[0]
+            cursor.execute("SHOW synchronous_commit")
+            version += f", synchronous_commit={cursor.fetchone()[0]}"
+            cursor.execute("SHOW fsync")
+            version += f", fsync={cursor.fetchone()[0]}"
+        elif connection.vendor == "sqlite":
+            cursor.execute("SELECT sqlite_version()")
+            version = cursor.fetchone()[0]
+        else:
+            version = "?"
+    return f"{connection.display_name} {version} ({connection.settings_dict['NAME']})"
+
+
+# --- statistics and waiting -------------------------------------------------------------------
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def stats(seconds):
+    return {
+        "median": statistics.median(seconds),
+        "p95": percentile(seconds, 95),
+        "mean": statistics.fmean(seconds),
+    }
+
+
+def wait_for(predicate, what, worker, timeout, poll):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if worker is not None and worker.poll() is not None:
+            raise RuntimeError(f"the worker exited ({worker.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}{flush_hint()}")
+        time.sleep(poll)
+
+
+def phase_timeout(n):
+    return 60 + 0.5 * n
+
+
+# --- the worker -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def celery_worker(queue, concurrency, log_path, notify_key):
+    """A real worker subprocess on the private queue, importing this module's task/handler."""
+    command = [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker"]
+    command += ["-P", "threads", "-c", str(concurrency), "-n", f"{queue}@%h", "-Q", queue]
+    command += ["--include", "bench.bus", "--without-mingle", "--without-gossip", "-l", "WARNING"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key}
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        wait_ready(process)
+        yield process
+    except BaseException:
+        tail = Path(log_path).read_text(errors="replace")[-3000:]
+        print(f"--- worker log ({log_path}), last lines ---\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_ready(process, timeout=90):
+    """Ready when an echo task comes back (the worker logs nothing at WARNING). The probe is
+    sent again every few seconds, in case something flushed the Redis database meanwhile."""
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    deadline, probes = time.monotonic() + timeout, []
+    try:
+        while True:
+            probes.append(echo.delay("ready"))
+            for _ in range(5):
+                if process.poll() is not None:
+                    raise RuntimeError(
+                        f"the worker exited ({process.returncode}) before it was ready"
+                    )
+                try:
+                    probes[-1].get(timeout=1)
+                    return
+                except CeleryTimeout:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"the worker was not ready after {timeout} s{flush_hint()}"
+                        ) from None
+    finally:
+        time.sleep(0.2)  # an earlier probe may still be answering
+        forget(probes)
+
+
+SENTINEL = []  # the Redis key this run sets at the start: gone if its database was flushed
+
+
+def plant_sentinel(key):
+    _redis().set(key, "1", ex=24 * 3600)
+    SENTINEL.append(key)
+
+
+def flush_hint():
+    try:
+        flushed = bool(SENTINEL) and not _redis().exists(SENTINEL[0])
+    except Exception:
+        return ""
+    if not flushed:
+        return ""
+    return (
+        " (meanwhile something flushed this Redis database, dropping queued tasks and results:"
+        " the test suite's autouse cache.clear() runs FLUSHDB; do not share the database with it)"
+    )
+
+
+def delete_queues(*names):
+    """Remove the queues' lists and bindings from Redis (kombu's queue_delete only forgets the
+    bindings its own channel declared)."""
+    client = _redis()
+    for name in names:
+        keys = [name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}"]
+        keys += list(client.scan_iter(match=f"{name}\x06\x16*"))  # kombu's priority lists
+        client.delete(*keys)
+
+
+# --- round trips ------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid=None):
+    """CPU time (user + system) of a process so far, from /proc; NaN where there is none."""
+    try:
+        stat = Path(f"/proc/{pid or os.getpid()}/stat").read_text()
+    except OSError:
+        return float("nan")
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def database_sessions():
+    """Sessions ever opened on this PostgreSQL database (pg_stat_database), NaN elsewhere."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql" or connection.pg_version < 140000:
+        return float("nan")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+def responses(message_ids):
+    from a2a.models import A2AMessage
+
+    return A2AMessage.objects.filter(
+        type=A2AMessage.Type.TASK_RESPONSE, reply_to__in=list(message_ids)
+    )
+
+
+class Rig:
+    """The running worker, and how this process learns that responses exist."""
+
+    def __init__(self, worker, key, wait, poll):
+        self.worker, self.key, self.wait, self.poll = worker, key, wait, poll
+
+    def await_responses(self, ids, timeout):
+        if self.wait == "poll":
+            what = f"{len(ids)} response(s)"
+            if len(ids) == 1:
+                wait_for(lambda: responses(ids).exists(), what, self.worker, timeout, self.poll)
+            else:
+                check = lambda: responses(ids).count() == len(ids)  # noqa: E731
+                wait_for(check, what, self.worker, timeout, max(self.poll, 0.01))
+            return
+        pending = {str(message_id) for message_id in ids}
+        deadline = time.monotonic() + timeout
+        while pending:
+            if self.worker.poll() is not None:
+                raise RuntimeError(f"the worker exited ({self.worker.returncode})")
+            item = _redis().blpop(self.key, timeout=1)
+            if item is not None:
+                pending.discard(item[1].decode())
+            elif time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"timed out waiting for {len(pending)} response(s){flush_hint()}"
+                )
+
+    @contextlib.contextmanager
+    def measured(self, result):
+        """Adds to `result` the wall time, the CPU time of this process and of the worker, and
+        how many database sessions were opened meanwhile."""
+        sessions = database_sessions()
+        wall, mine, theirs = time.perf_counter(), time.process_time(), cpu_seconds(self.worker.pid)
+        yield result
+        result["total"] = time.perf_counter() - wall
+        result["bench_cpu"] = time.process_time() - mine
+        result["worker_cpu"] = cpu_seconds(self.worker.pid) - theirs
+        result["sessions"] = database_sessions() - sessions
+
+
+def celery_sequential(rig, n, timeout=60):
+    done = []
+    with rig.measured({"latencies": []}) as result:
+        for i in range(n):
+            start = time.perf_counter()
+            done.append(echo.delay(i))
+            done[-1].get(timeout=timeout)
+            result["latencies"].append(time.perf_counter() - start)
+    forget(done)
+    return result
+
+
+def forget(results):
+    """Delete the results from the backend (untimed), rather than leave them for an hour."""
+    with contextlib.suppress(Exception):
+        _redis().delete(*[echo.backend.get_key_for_task(r.id) for r in results])
+
+
+def celery_burst(rig, n):
+    with rig.measured({}) as result:
+        start = time.perf_counter()
+        pending = [echo.delay(i) for i in range(n)]
+        result["send"] = time.perf_counter() - start
+        for item in pending:
+            item.get(timeout=phase_timeout(n))
+    forget(pending)
+    return result
+
+
+def bus_sequential(rig, n, offset=0):
+    from a2a import bus
+
+    _redis().delete(rig.key)
+    with rig.measured({"latencies": [], "ids": []}) as result:
+        for i in range(n):
+            start = time.perf_counter()
+            row = bus.send_task(SENDER, ECHO, {"i": offset + i})
+            rig.await_responses([row.message_id], 60)
+            result["latencies"].append(time.perf_counter() - start)
+            result["ids"].append(row.message_id)
+    return result
+
+
+def bus_burst(rig, n, offset=0):
+    from a2a import bus
+
+    _redis().delete(rig.key)
+    with rig.measured({}) as result:
+        start = time.perf_counter()
+        ids = [bus.send_task(SENDER, ECHO, {"i": offset + i}).message_id for i in range(n)]
+        result["send"], result["ids"] = time.perf_counter() - start, ids
+        rig.await_responses(ids, phase_timeout(n))
+    return result
+
+
+def check_responses(ids, label):
+    """Warn (stderr) unless every request got one successful response."""
+    got = list(responses(ids).values_list("status", "body"))
+    bad = [body for status, body in got if status != "success"]
+    if len(got) != len(ids) or bad:
+        reasons = sorted(
+            {str((b.get("payload") or {}).get("error", {}).get("message")) for b in bad}
+        )
+        print(
+            f"  WARNING ({label}): {len(got)} responses to {len(ids)} requests, {len(bad)} not "
+            f"successful: {'; '.join(reasons)[:300]} (did another process clear the agents "
+            "table? bench/gateway.py flushes it on the same database)",
+            file=sys.stderr,
+        )
+
+
+STAGES = (
+    ("queue", "request insert → run started (commit, publish, broker, worker, auth, look-ups)"),
+    ("run", "run started → finish() (mark delivered, load run, claim lease, handler)"),
+    ("respond", "finish() → response inserted (save run, build + validate response)"),
+    ("audit", "response inserted → audit event (commit, mark answered, chain lock)"),
+    ("server", "request insert → response inserted (server-side latency)"),
+)
+
+
+def server_stages(ids):
+    """Per-message stage durations (seconds) from the rows' own timestamps."""
+    from a2a.models import A2AMessage
+    from agents.models import AgentRun
+    from mcplet_host.models import AuditEvent
+
+    requests = {m.pk: m for m in A2AMessage.objects.filter(message_id__in=ids)}
+    answers = {m.reply_to: m for m in responses(ids)}
+    runs = list(AgentRun.objects.filter(request_id__in=list(requests)))
+    events = AuditEvent.objects.filter(
+        event_type="agent.run.finished", trace_id__in=[r.context_id for r in runs]
+    )
+    audited = {e.details.get("run"): e.timestamp for e in events}
+    out = defaultdict(list)
+    for run in runs:
+        request = requests[run.request_id]
+        answer = answers.get(request.message_id)
+        finished_audit = audited.get(str(run.pk))
+        if answer is None or run.finished_at is None or finished_audit is None:
+            continue
+        out["queue"].append((run.started_at - request.created_at).total_seconds())
+        out["run"].append((run.finished_at - run.started_at).total_seconds())
+        out["respond"].append((answer.created_at - run.finished_at).total_seconds())
+        out["audit"].append((finished_audit - answer.created_at).total_seconds())
+        out["server"].append((answer.created_at - request.created_at).total_seconds())
+    return out
+
+
+# --- host-side pieces, in process -------------------------------------------------------------
+
+
+class Breakdown:
+    """Wraps functions so their time inside each delivered message is summed per label."""
+
+    def __init__(self):
+        self.current = defaultdict(float)
+        self.per_message = defaultdict(list)
+
+    def wrap(self, label, func):
+        @functools.wraps(func)
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.current[label] += time.perf_counter() - start
+
+        return timed
+
+    def patches(self):
+        from a2a import bus
+        from agents import runner
+        from agents.models import AgentRun
+        from mcplet_host import audit
+
+        targets = [
+            ("authenticate", bus, "authenticate"),
+            ("start", runner, "start"),
+            ("mark_delivered", bus, "mark_delivered"),
+            ("advance", runner, "advance"),
+            ("claim", AgentRun, "claim"),
+            ("release", AgentRun, "release"),
+            ("finish", runner, "finish"),
+            ("respond", bus, "respond"),
+            ("audit", audit, "record"),
+        ]
+        stack = contextlib.ExitStack()
+        for label, owner, name in targets:
+            stack.enter_context(
+                mock.patch.object(owner, name, self.wrap(label, getattr(owner, name)))
+            )
+        return stack
+
+    def end_message(self, total):
+        self.current["deliver"] = total
+        for label, seconds in self.current.items():
+            self.per_message[label].append(seconds)
+        self.current = defaultdict(float)
+
+
+def lookup_agent(agent_id):
+    from agents.models import Agent
+
+    return Agent.objects.filter(agent_id=agent_id).first()
+
+
+def commits(statements):
+    """Transactions committed by a list of SQL statements run in autocommit mode: each explicit
+    BEGIN … COMMIT, and each write outside one."""
+    count, inside = 0, False
+    for sql in statements:
+        word = sql.split(None, 1)[0].upper()
+        if word == "BEGIN":
+            inside = True
+        elif word == "COMMIT":
+            count, inside = count + 1, False
+        elif word in ("INSERT", "UPDATE", "DELETE") and not inside:
+            count += 1
+    return count
+
+
+def timed_loop(n, func):
+    times = []
+    for i in range(n):
+        start = time.perf_counter()
+        func(i)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def host_pieces(n, sink, profile=False):
+    """Time the host-side pieces of one message in this process; returns (rows, queries,
+    breakdown, profiler). `sink` is a queue no worker reads, for the publish alone."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from a2a import bus, messages
+    from a2a.models import A2AMessage
+    from a2a.schemas import validate
+    from agents.tasks import deliver
+    from mcplet_host.celery import app
+
+    key = bus.signing_key()
+    request = messages.task_request(SENDER, ECHO, {"i": 0})
+    signature = messages.sign(request, key)
+    rows = []
+
+    def piece(label, func, count=n):
+        timed_loop(min(count, 20), func)  # warm-up
+        cpu = time.process_time()
+        times = timed_loop(count, func)
+        rows.append((label, {**stats(times), "cpu": (time.process_time() - cpu) / count}))
+
+    cpu = max(n, 1000)
+    piece("schema validation of a task_request", lambda i: validate("task-request", request), cpu)
+    piece(
+        "build task_request (JSON copy + validation)",
+        lambda i: messages.task_request(SENDER, ECHO, {"i": i}),
+        cpu,
+    )
+    piece("signing key (salted_hmac of SECRET_KEY)", lambda i: bus.signing_key(), cpu)
+    piece("sign (HMAC-SHA256 of canonical JSON)", lambda i: messages.sign(request, key), cpu)
+    piece("verify", lambda i: messages.verify(request, signature, key), cpu)
+    piece(
+        "build task_response (validates request + response)",
+        lambda i: messages.task_response(request, "success", result={"echo": {"i": i}}),
+        cpu,
+    )
+    fresh = [messages.task_request(SENDER, ECHO, {"i": i}) for i in range(n + 20)]
+
+    def insert(i):
+        message = fresh[i]
+        A2AMessage.objects.create(
+            message_id=message["messageId"],
+            context_id=message["contextId"],
+            type=A2AMessage.Type.TASK_REQUEST,
+            sender_id=SENDER,
+            recipient_id=ECHO,
+            body=message,
+            signature=signature,
+        )
+
+    inserted = iter(range(n + 20))
+    piece("A2AMessage insert (one autocommit INSERT)", lambda i: insert(next(inserted)))
+    A2AMessage.objects.filter(message_id__in=[m["messageId"] for m in fresh]).delete()
+
+    sent = []
+    with mock.patch.object(bus, "enqueue"):
+        piece(
+            "bus.send_task, publish stubbed (build, validate, sign, insert)",
+            lambda i: sent.append(bus.send_task(SENDER, ECHO, {"i": i})),
+        )
+        with CaptureQueriesContext(connection) as send_queries:
+            sent.append(bus.send_task(SENDER, ECHO, {"i": -1}))
+    # Unit costs, to turn statement counts into time: one ORM look-up, one autocommit UPDATE.
+    piece("one ORM SELECT (Agent by agent_id, all columns)", lambda i: lookup_agent(ECHO))
+    piece(
+        "reconnect + that SELECT (what the worker pays per task)",
+        lambda i: (connection.close(), lookup_agent(ECHO)),
+    )
+    piece(
+        "one autocommit UPDATE (A2AMessage.state, same value)",
+        lambda i: A2AMessage.objects.filter(pk=sent[i].pk).update(state=A2AMessage.State.QUEUED),
+    )
+    deliver_task = app.tasks[bus.DELIVER_TASK]
+    piece(
+        "broker publish of agents.deliver (apply_async, no worker)",
+        lambda i: deliver_task.apply_async(
+            [str(sent[i].message_id), sent[i].signature], queue=sink
+        ),
+    )
+    delete_queues(sink)
+
+    # The worker side, in process: what agents.deliver does for one message, minus the broker.
+    warm, runs = min(20, n), n + 1 + (n if profile else 0)
+    with mock.patch.object(bus, "enqueue"):
+        sent += [bus.send_task(SENDER, ECHO, {"i": i}) for i in range(warm + runs - len(sent))]
+    todo = iter(sent)
+
+    def deliver_one(i=0):
+        row = next(todo)
+        deliver(str(row.message_id), row.signature)
+
+    timed_loop(warm, deliver_one)
+    breakdown = Breakdown()
+    cpu = time.process_time()
+    with breakdown.patches():
+        for _ in range(n):
+            start = time.perf_counter()
+            deliver_one()
+            breakdown.end_message(time.perf_counter() - start)
+    label = "agents.deliver in process (worker side, no broker)"
+    cpu = (time.process_time() - cpu) / n
+    rows.append((label, {**stats(breakdown.per_message["deliver"]), "cpu": cpu}))
+    with CaptureQueriesContext(connection) as deliver_queries:
+        deliver_one()
+    profiler = None
+    if profile:
+        profiler = cProfile.Profile(
+            time.process_time
+        )  # CPU time: waits on the database are not hot
+        profiler.enable()
+        for _ in range(n):
+            deliver_one()
+        profiler.disable()
+    queries = {"send_task": send_queries, "deliver": deliver_queries}
+    return rows, queries, breakdown, profiler
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def us(seconds):
+    return f"{seconds * 1e6:>9.0f}"
+
+
+def ms(seconds):
+    return f"{seconds * 1e3:>8.2f}"
+
+
+def print_pieces(rows, queries, breakdown):
+    print("\n1. Host-side pieces of one message, timed in this process (no worker running)")
+    head = f"   {'piece':<64} {'median µs':>9} {'p95 µs':>9} {'mean µs':>9} {'CPU µs':>9}"
+    print(head)
+    print("   " + "-" * (len(head) - 3))
+    for label, s in rows:
+        print(f"   {label:<64} {us(s['median'])} {us(s['p95'])} {us(s['mean'])} {us(s['cpu'])}")
+
+    mean = {k: statistics.fmean(v) for k, v in breakdown.per_message.items()}
+
+    def get(label):
+        return mean.get(label, 0.0)
+
+    deliver = get("deliver")
+    finish_rest = get("finish") - get("respond") - get("audit")
+    advance_rest = get("advance") - get("claim") - get("release") - get("finish")
+    deliver_rest = (
+        deliver - get("authenticate") - get("start") - get("mark_delivered") - get("advance")
+    )
+    tree = [
+        ("agents.deliver, whole", deliver),
+        ("  bus.authenticate (SELECT request, verify signature)", get("authenticate")),
+        ("  sender + recipient look-ups (2 SELECTs), rest of deliver", deliver_rest),
+        ("  runner.start (get_or_create AgentRun, in a transaction)", get("start")),
+        ("  bus.mark_delivered (UPDATE)", get("mark_delivered")),
+        ("  runner.advance", get("advance")),
+        ("    AgentRun.claim (UPDATE lease + refresh_from_db)", get("claim")),
+        ("    runner.finish (from the Echo handler)", get("finish")),
+        ("      run.save() (all columns) and the rest of finish", finish_rest),
+        ("      bus.respond (build + validate, INSERT, UPDATE state)", get("respond")),
+        ("      audit.record (chain lock, INSERT, UPDATE head)", get("audit")),
+        ("    AgentRun.release (UPDATE)", get("release")),
+        ("    load run (select_related), import handler, rest", advance_rest),
+    ]
+    print("\n   agents.deliver in process, broken down (mean per message):")
+    for label, seconds in tree:
+        share = seconds / deliver * 100 if deliver else 0
+        print(f"   {label:<64} {us(seconds)} µs {share:>5.0f}%")
+
+    for name, captured in queries.items():
+        statements = [q["sql"] for q in captured.captured_queries]
+        kinds = defaultdict(int)
+        for sql in statements:
+            kinds[sql.split(None, 1)[0].upper()] += 1
+        summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+        print(
+            f"\n   {name}: {len(statements)} statements ({summary}), {commits(statements)} commits"
+        )
+        for sql in statements:
+            text = " ".join(sql.split())
+            print(f"     {text[:110]}{'…' if len(text) > 110 else ''}")
+
+
+def print_round_trips(n, results, wait):
+    base_seq, bus_seq = (
+        stats(results["celery_seq"]["latencies"]),
+        stats(results["bus_seq"]["latencies"]),
+    )
+    base_burst, bus_burst = results["celery_burst"], results["bus_burst"]
+    base_rate, bus_rate = n / base_burst["total"], n / bus_burst["total"]
+    print(f"\n2. Round trips through the broker ({n} messages each)")
+    print(
+        f"   {'':<36} {'sequential latency, ms':^26} | {'burst':^29}\n"
+        f"   {'':<36} {'median':>8} {'p95':>8} {'mean':>8} | {'msgs/s':>8} {'send msgs/s':>12} "
+        f"{'total s':>7}"
+    )
+    print("   " + "-" * 101)
+    for label, seq, burst, rate in (
+        ("Celery echo (unsigned, unpersisted)", base_seq, base_burst, base_rate),
+        ("A2A bus (sign, persist, run, reply)", bus_seq, bus_burst, bus_rate),
+    ):
+        print(
+            f"   {label:<36} {ms(seq['median'])} {ms(seq['p95'])} {ms(seq['mean'])} | "
+            f"{rate:>8.1f} {n / burst['send']:>12.1f} {burst['total']:>7.2f}"
+        )
+    ratio = {k: bus_seq[k] / base_seq[k] for k in ("median", "p95", "mean")}
+    print(
+        f"   {'ratio bus / baseline':<36} {ratio['median']:>8.2f} {ratio['p95']:>8.2f} "
+        f"{ratio['mean']:>8.2f} | {bus_rate / base_rate:>8.2f}"
+    )
+    extra = bus_seq["median"] - base_seq["median"]
+    print(
+        f"\n   per-message overhead of the bus: +{extra * 1e3:.2f} ms of latency (medians); "
+        f"+{(1 / bus_rate - 1 / base_rate) * 1e3:.2f} ms per message in a burst (1/throughput)."
+    )
+    how = {
+        "notify": "the worker pushes the request id to a Redis list after the response commits "
+        "(bench-only post_save hook), the bench BLPOPs it",
+        "poll": f"the bench polls the database every {results['poll_ms']:g} ms (10 ms in a burst)",
+    }[wait]
+    print(f"   a bus round trip ends when the bench learns of the response: {how}.")
+    print(
+        "   burst: all sent from this one process, then all awaited; 'send msgs/s' = sending only."
+    )
+
+    print(
+        "\n   per message: CPU ms of this process / of the worker (user + system), wall ms,"
+        " new database sessions:"
+    )
+    for key, label in (
+        ("celery_seq", "Celery echo, sequential"),
+        ("celery_burst", "Celery echo, burst"),
+        ("bus_seq", "A2A bus, sequential"),
+        ("bus_burst", "A2A bus, burst"),
+    ):
+        r = results[key]
+        print(
+            f"   {label:<36} {r['bench_cpu'] / n * 1e3:>8.2f} / {r['worker_cpu'] / n * 1e3:>6.2f}"
+            f"   wall {r['total'] / n * 1e3:>6.2f}   sessions {r['sessions'] / n:.2f}"
+        )
+
+    for key, label in (("stages_seq", "sequential"), ("stages_burst", "burst")):
+        stages = results[key]
+        print(f"\n   bus server-side stages, {label} (from the rows' timestamps), ms:")
+        print(f"   {'stage':<82} {'median':>8} {'p95':>8}")
+        for name, text in STAGES:
+            if stages.get(name):
+                st = stats(stages[name])
+                print(f"   {text:<82} {ms(st['median'])} {ms(st['p95'])}")
+
+
+def print_profile(profiler, top):
+    for sort in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(sort).print_stats(top)
+        title = f"cProfile (CPU time), agents.deliver in process, by {sort}"
+        print(f"\n--- {title} ---\n{out.getvalue().strip()}")
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def refuse(message):
+    print(f"bench/bus.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Run as a script this module is __main__; the handler path names it bench.bus: one module.
+    sys.modules.setdefault("bench.bus", sys.modules[__name__])
+    if not os.environ.get("REDIS_URL"):
+        refuse(
+            "REDIS_URL is not set. This benchmark measures the real broker and a worker "
+            "subprocess; without REDIS_URL the host runs embedded (in-memory broker, no worker). "
+            "Set e.g. REDIS_URL=redis://127.0.0.1:6379/0."
+        )
+    if not os.environ.get("DATABASE_URL"):
+        refuse(
+            "DATABASE_URL is not set. The worker subprocess must share the database, and this "
+            "benchmark clears the agents and A2A tables: point it at a throwaway database, e.g. "
+            "DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench."
+        )
+    if args.messages < 1:
+        refuse("--messages must be at least 1")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
+    if os.environ["DATABASE_URL"].startswith(("postgres://", "postgresql://")):
+        ensure_postgres_database(os.environ["DATABASE_URL"])
+
+    import django
+
+    django.setup()
+    from mcplet_host.celery import app
+
+    # A private queue: another worker on the same Redis (a test run) cannot take these tasks.
+    queue = f"bench-bus-{os.getpid()}"
+    sink = f"{queue}-sink"
+    app.conf.task_default_queue = queue
+    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-bus-"))
+    n = args.messages
+    try:
+        setup_database()
+        print(f"database: {describe_database()}")
+        print(
+            f"broker: {app.conf.broker_url.split('@')[-1]}, private queue {queue!r}; worker: "
+            f"-P threads -c {args.concurrency}; {os.cpu_count()} CPUs, load average "
+            f"{os.getloadavg()[0]:.2f}; {n} messages per run"
+        )
+        plant_sentinel(f"{queue}:sentinel")
+        print("timing the host-side pieces in process ...", flush=True)
+        pieces = host_pieces(n, sink, profile=args.profile)
+        results = {"poll_ms": args.poll_ms}
+        key = f"{queue}:responses"
+        print("starting the worker ...", flush=True)
+        with celery_worker(queue, args.concurrency, workdir / "worker.log", key) as worker:
+            rig = Rig(worker, key, args.wait, args.poll_ms / 1000)
+            celery_sequential(rig, args.warmup)
+            bus_sequential(rig, args.warmup, offset=-args.warmup)
+            print("Celery baseline: sequential, burst ...", flush=True)
+            results["celery_seq"] = celery_sequential(rig, n)
+            results["celery_burst"] = celery_burst(rig, n)
+            print("A2A bus: sequential, burst ...", flush=True)
+            results["bus_seq"] = bus_sequential(rig, n)
+            results["bus_burst"] = bus_burst(rig, n, offset=n)
+        for phase in ("bus_seq", "bus_burst"):
+            check_responses(results[phase]["ids"], phase)
+        results["stages_seq"] = server_stages(results["bus_seq"]["ids"])
+        results["stages_burst"] = server_stages(results["bus_burst"]["ids"])
+        print_pieces(*pieces[:3])
+        print_round_trips(n, results, args.wait)
+        print(f"\nload average (1 min) at the end: {os.getloadavg()[0]:.2f}")
+        if flush_hint():
+            print(f"\nWARNING: the figures may be wrong{flush_hint()}.", file=sys.stderr)
+        if pieces[3] is not None:
+            print_profile(pieces[3], args.top)
+    finally:
+        with contextlib.suppress(Exception):
+            delete_queues(queue, sink)
+        with contextlib.suppress(Exception):
+            _redis().delete(f"{queue}:responses", f"{queue}:sentinel")
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

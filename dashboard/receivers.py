@@ -1,0 +1,180 @@
+"""Broadcast what operators watch to the websocket group: audit events, run state, approvals.
+
+Connected in `DashboardConfig.ready()`. Every broadcast happens after the commit (never a state
+that may roll back) and is best-effort: a down channel layer is logged, never raised into the
+gateway, the runner or the audit trail that triggered it. The caller only hands the message
+over; the send happens on an event loop of its own (see `Sender`).
+"""
+
+import asyncio
+import logging
+import os
+import threading
+
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.urls import reverse
+
+from agents.models import AgentRun
+from dashboard.templatetags.dashboard_tags import ceremony_url
+from mcplet_host.signals import audit_recorded
+from passkey.models import Ceremony
+
+log = logging.getLogger(__name__)
+
+GROUP = "dashboard"
+MESSAGE_TYPE = "dashboard.message"  # handled by DashboardConsumer.dashboard_message
+
+
+class Sender:
+    """One thread per process running an event loop that sends the group messages in order.
+
+    `async_to_sync(group_send)` in the caller would cost it a new event loop and a new Redis
+    connection per message (~10 ms on every audited tool call); here the caller only queues, and
+    the layer keeps its connections on this loop. Started lazily and again after a fork (Celery's
+    prefork children do not inherit threads)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pid = None
+
+    def submit(self, layer, message):
+        if self._pid != os.getpid():
+            self._start()
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, (layer, message))
+
+    def _start(self):
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._loop = asyncio.new_event_loop()
+            self._queue = asyncio.Queue()
+            ready = threading.Event()
+            threading.Thread(
+                target=self._run, args=(ready,), name="dashboard-broadcast", daemon=True
+            ).start()
+            ready.wait(5)
+            self._pid = os.getpid()
+
+    def _run(self, ready):
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(ready.set)
+        self._loop.run_until_complete(self._pump())
+
+    async def _pump(self):
+        while True:
+            layer, message = await self._queue.get()
+            try:
+                await layer.group_send(GROUP, message)
+            except Exception as exc:  # the layer is down: this message is lost, not the next
+                log.warning("dashboard broadcast failed: %s: %s", type(exc).__name__, exc)
+
+
+sender = Sender()
+# The in-memory layer (embedded mode) lives in one process, on the loop serving the websockets;
+# the consumer records that loop, and messages are handed to it (an asyncio queue is not woken
+# from another thread's loop).
+serving_loop = None
+
+
+def broadcast(payload):
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        message = {"type": MESSAGE_TYPE, "payload": payload}
+        if not isinstance(layer, InMemoryChannelLayer):
+            sender.submit(layer, message)
+        elif serving_loop is not None and not serving_loop.is_closed():
+            asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), serving_loop)
+    except Exception as exc:  # the caller's work is done: never undo it for us
+        log.warning("dashboard broadcast failed: %s: %s", type(exc).__name__, exc)
+
+
+def audit_payload(events):
+    return {"type": "audit", "events": [{"seq": e.seq, **e.as_mgp()} for e in events]}
+
+
+def run_payload(run):
+    return {
+        "type": "run",
+        "run": {
+            "id": str(run.pk),
+            "short_id": str(run.pk)[:8],
+            "agent": run.agent.agent_id,
+            "status": run.status,
+            "status_label": run.get_status_display(),
+            "final": run.is_final,
+            "context_id": run.context_id,
+            "steps": run.steps,
+            "tokens": run.total_tokens,
+            "started_at": run.started_at.isoformat() if run.started_at else None,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            "error": (run.error or {}).get("message", "") if isinstance(run.error, dict) else "",
+            "url": reverse("dashboard:trace", args=[run.context_id]) + f"#run-{run.pk}",
+        },
+    }
+
+
+def approval_payload(ceremony):
+    # The ceremony page's URL carries its token: fine for this staff-only stream, which shows
+    # what the staff-only approvals page shows, and never the arguments or an assertion.
+    return {
+        "type": "approval",
+        "approval": {
+            "id": ceremony.pk,
+            "kind": ceremony.kind,
+            "tool": ceremony.tool_name,
+            "agent": ceremony.agent_id,
+            "partner": ceremony.partner_id,
+            "status": ceremony.status,
+            "status_label": ceremony.get_status_display(),
+            "pending": ceremony.status == Ceremony.Status.PENDING,
+            "prompt": ceremony.prompt_message,
+            "created_at": ceremony.created_at.isoformat() if ceremony.created_at else None,
+            "expires_at": ceremony.expires_at.isoformat() if ceremony.expires_at else None,
+            "decided_by": ceremony.decided_by.get_username() if ceremony.decided_by_id else "",
+            "url": ceremony_url(ceremony),
+            "trace_url": reverse("dashboard:trace", args=[ceremony.trace_id])
+            if ceremony.trace_id
+            else "",
+        },
+    }
+
+
+def _after_commit(build, instance):
+    """Build the message now (the state that was saved), send it once the commit is done."""
+    try:
+        payload = build(instance)
+    except Exception as exc:
+        log.warning("dashboard message for %r not built: %s", instance, exc)
+        return
+    # A closure, not functools.partial: Django's robust on_commit logs the callback's __qualname__.
+    transaction.on_commit(lambda: broadcast(payload), robust=True)
+
+
+def audit_recorded_receiver(sender, events, **kwargs):
+    # Already sent after the commit by mcplet_host.audit; one group message per batch.
+    try:
+        payload = audit_payload(events)
+    except Exception as exc:
+        log.warning("dashboard audit message not built: %s", exc)
+        return
+    broadcast(payload)
+
+
+def run_saved(sender, instance, raw=False, **kwargs):
+    if not raw:
+        _after_commit(run_payload, instance)
+
+
+def ceremony_saved(sender, instance, raw=False, **kwargs):
+    if not raw:
+        _after_commit(approval_payload, instance)
+
+
+def connect():
+    audit_recorded.connect(audit_recorded_receiver, dispatch_uid="dashboard.audit")
+    post_save.connect(run_saved, sender=AgentRun, dispatch_uid="dashboard.run")
+    post_save.connect(ceremony_saved, sender=Ceremony, dispatch_uid="dashboard.ceremony")

@@ -1,0 +1,84 @@
+"""Telling approvers that a call waits: an e-mail to each, and in localhost mode the ceremony's
+own loopback page, opened in a browser when this machine has one (else its URL is logged)."""
+
+import logging
+import smtplib
+import threading
+import webbrowser
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core import mail
+from django.db.models import Q
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch
+
+from passkey import loopback
+from passkey.models import Ceremony
+
+logger = logging.getLogger(__name__)
+
+
+def approvers():
+    """Active users who may approve (directly, through a group, or as superusers) and have an
+    e-mail address."""
+    perm = Permission.objects.filter(codename="approve_ceremony", content_type__app_label="passkey")
+    holds = Q(is_superuser=True) | Q(user_permissions__in=perm) | Q(groups__permissions__in=perm)
+    users = get_user_model().objects.filter(holds, is_active=True).exclude(email="")
+    return users.distinct().order_by("pk")
+
+
+def announce(ceremony_id):
+    """Run once a new ceremony is committed: open its page (localhost mode) and e-mail."""
+    ceremony = Ceremony.objects.filter(pk=ceremony_id, status=Ceremony.Status.PENDING).first()
+    if ceremony is None:
+        return
+    try:
+        page = settings.PASSKEY_ORIGIN.rstrip("/") + ceremony.get_absolute_url()
+    except NoReverseMatch:
+        logger.error("No approval page for %s: the project's urls.py lacks passkey.urls", ceremony)
+        return
+    direct = None
+    if settings.PASSKEY_MODE == "localhost":
+        try:
+            direct = loopback.serve(ceremony).url
+        except OSError:
+            logger.exception("Could not start the approval page of %s", ceremony)
+        else:
+            if not open_in_browser(direct):
+                logger.info("Approval needed: %s — open %s", ceremony, direct)
+    send_notice(ceremony, page, direct)
+
+
+def send_notice(ceremony, page, direct=None):
+    """One e-mail per approver (no one sees the others' addresses); returns how many went."""
+    recipients = list(approvers().values_list("email", flat=True))
+    if not recipients:
+        logger.warning("Nobody can be told that %s waits: no approver has an e-mail", ceremony)
+        return 0
+    context = {"ceremony": ceremony, "page": page, "direct": direct}
+    subject = render_to_string("passkey/notice_subject.txt", context).strip()
+    body = render_to_string("passkey/notice_email.txt", context)
+    try:
+        return mail.send_mass_mail([(subject, body, None, [to]) for to in recipients])
+    except (smtplib.SMTPException, OSError):
+        logger.exception("Could not e-mail the approvers of %s", ceremony)
+        return 0
+
+
+def open_in_browser(url):
+    """Open `url` in this machine's graphical browser, if it has one. Never blocks the caller."""
+    wanted = getattr(settings, "PASSKEY_OPEN_BROWSER", None)
+    if wanted is None:  # default: yes, except under Django's test runner (it sets mail.outbox)
+        wanted = not hasattr(mail, "outbox")
+    if not wanted:
+        return False
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        return False
+    if type(browser) is webbrowser.GenericBrowser:
+        return False  # a console browser (lynx, w3m) would take over the worker's terminal
+    threading.Thread(target=browser.open, args=(url,), daemon=True).start()
+    return True

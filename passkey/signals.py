@@ -1,0 +1,21 @@
+"""Ceremony lifecycle hooks, so the gateway needs no passkey-specific calls."""
+
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from passkey import loopback, notify
+from passkey.models import Ceremony
+
+
+@receiver(post_save, sender=Ceremony, dispatch_uid="passkey.ceremony_saved")
+def ceremony_saved(sender, instance, created, raw=False, **kwargs):
+    if raw:
+        return
+    if created:
+        # After the commit: the approver must find the ceremony when the e-mail arrives. Robust:
+        # a failure to tell anyone is logged, and never undoes or breaks the held call.
+        pk = instance.pk
+        transaction.on_commit(lambda: notify.announce(pk), robust=True)
+    elif instance.status != Ceremony.Status.PENDING:
+        loopback.page_done(instance.token)

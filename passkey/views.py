@@ -1,0 +1,310 @@
+"""The passkey pages (§3.7): registration, the ceremony page and its callback, and the
+server-to-server verify-assertion endpoint (§7.1.2). Thin: the models decide."""
+
+import json
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.views import LoginView, redirect_to_login
+from django.http import Http404, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse, reverse_lazy
+from django.utils.cache import add_never_cache_headers
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from passkey import assertions, loopback
+from passkey.assertions import Refused
+from passkey.models import (
+    APPROVE_PERMISSION,
+    BackendToken,
+    Ceremony,
+    PasskeyCredential,
+    audit_refusal,
+)
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def passkey_page(view):
+    """What every passkey response carries: the strict CSP (§16.3), no caching, and no
+    referrer to other origins (the URL holds the ceremony token). `no-referrer` would not do:
+    browsers then send `Origin: null`, and the callback checks the origin."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        response["Content-Security-Policy"] = CSP
+        response["Referrer-Policy"] = "same-origin"
+        add_never_cache_headers(response)
+        return response
+
+    return wrapped
+
+
+def approver_required(view):
+    """Signed in, with the approve permission; pages answer with a clear 403 page, the JSON
+    endpoints with JSON."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        page = request.method == "GET"
+        if not request.user.is_authenticated:
+            if page:
+                return redirect_to_login(request.get_full_path(), reverse("passkey:login"))
+            return _error(Refused(assertions.NOT_AN_APPROVER, "Sign in first.", 401))
+        if not request.user.has_perm(APPROVE_PERMISSION):
+            if page:
+                return render(request, "passkey/forbidden.html", status=403)
+            return _error(Refused(assertions.NOT_AN_APPROVER, "You may not approve calls.", 403))
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _error(refusal):
+    return JsonResponse({"error": refusal.message, "reason": refusal.reason}, status=refusal.status)
+
+
+def _json(request):
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _page_origin(request):
+    """The origin this request's page runs on: a ceremony's loopback port, or the host's."""
+    return request.META.get(loopback.ORIGIN_KEY) or settings.PASSKEY_ORIGIN
+
+
+def _approval_origin(request):
+    """Where an assertion may come from, or None: in localhost mode only the ceremony's own
+    loopback port takes approvals (§16.3), never the host's fixed port."""
+    if request.META.get(loopback.ORIGIN_KEY) or settings.PASSKEY_MODE == "https":
+        return _page_origin(request)
+    return None
+
+
+def _ceremony(request, token):
+    # A loopback server serves its own ceremony only (it routes nothing else here either).
+    if request.META.get(loopback.CEREMONY_KEY, token) != token:
+        raise Http404
+    return Ceremony.objects.filter(token=token).first()
+
+
+def _unknown(request, token, stage):
+    refusal = Refused(assertions.UNKNOWN_CEREMONY, "There is no such approval.", 404)
+    audit_refusal(stage, refusal, user=request.user, tool=f"ceremony {token[:8]}")
+    return _error(refusal)
+
+
+# --- sign-in and registration -----------------------------------------------------------------
+
+
+class PasskeyLoginView(LoginView):
+    """The approvers' sign-in, minimal like the other passkey pages, so a ceremony's loopback
+    origin can serve it too."""
+
+    template_name = "passkey/login.html"
+    redirect_authenticated_user = True
+    next_page = reverse_lazy("passkey:register")
+
+
+login = passkey_page(PasskeyLoginView.as_view())
+
+
+def _next(request):
+    target = request.GET.get("next", "")
+    safe = url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure())
+    return target if safe else ""
+
+
+@passkey_page
+@approver_required
+@require_GET
+def register(request):
+    passkeys = PasskeyCredential.objects.filter(user=request.user)
+    return render(request, "passkey/register.html", {"passkeys": passkeys, "next": _next(request)})
+
+
+@passkey_page
+@approver_required
+@require_POST
+def register_options(request):
+    try:
+        return JsonResponse({"publicKey": PasskeyCredential.registration_options(request.user)})
+    except Refused as refusal:
+        return _error(refusal)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def register_verify(request):
+    body = _json(request) or {}
+    try:
+        passkey = PasskeyCredential.register(
+            request.user, body.get("name", ""), body.get("credential"), _page_origin(request)
+        )
+    except Refused as refusal:
+        return _error(refusal)
+    return JsonResponse({"status": "registered", "name": passkey.name}, status=201)
+
+
+# --- the ceremony page and its callback ---------------------------------------------------------
+
+
+@passkey_page
+@approver_required
+@require_GET
+def ceremony(request, token):
+    ceremony = _ceremony(request, token)
+    if ceremony is None:
+        raise Http404("There is no such approval.")
+    can_approve = _approval_origin(request) is not None
+    pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
+    if pending and not can_approve and (live := loopback.live_url(token)):
+        return redirect(live)
+    context = {
+        "ceremony": ceremony,
+        "state": _state(ceremony),
+        "can_approve": can_approve,
+        "has_passkey": PasskeyCredential.objects.active().filter(user=request.user).exists(),
+        "arguments": _arguments(ceremony.arguments),
+        "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+    }
+    return render(request, "passkey/ceremony.html", context)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def open_page(request, token):
+    """Localhost mode, on the host's own port: (re)start the ceremony's loopback page, e.g.
+    after the process that held it restarted, and go there."""
+    ceremony = get_object_or_404(Ceremony, token=token)
+    if _approval_origin(request) is not None or ceremony.status != Ceremony.Status.PENDING:
+        return redirect(ceremony)
+    return redirect(loopback.serve(ceremony).url)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def challenge(request, token):
+    ceremony = _ceremony(request, token)
+    if ceremony is None:
+        return _unknown(request, token, "challenge")
+    if _approval_origin(request) is None:
+        return _loopback_only(request, ceremony, "challenge")
+    try:
+        return JsonResponse({"publicKey": ceremony.issue_challenge(request.user)})
+    except Refused as refusal:
+        return _error(refusal)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def assertion(request, token):
+    """The callback (§3.7): bound to this ceremony by its token, to this page's origin, and to
+    this exact call by the challenge."""
+    ceremony = _ceremony(request, token)
+    if ceremony is None:
+        return _unknown(request, token, "callback")
+    origin = _approval_origin(request)
+    if origin is None:
+        return _loopback_only(request, ceremony, "callback")
+    if request.headers.get("Origin") != origin:
+        refusal = Refused(assertions.WRONG_ORIGIN, "This callback takes its own page only.", 403)
+        audit_refusal("callback", refusal, ceremony=ceremony, user=request.user)
+        return _error(refusal)
+    try:
+        ceremony.approve_with_passkey(request.user, _json(request), origin)
+    except Refused as refusal:
+        return _error(refusal)
+    return JsonResponse({"status": "approved"})
+
+
+@passkey_page
+@approver_required
+@require_POST
+def reject(request, token):
+    ceremony = _ceremony(request, token)
+    if ceremony is None:
+        return _unknown(request, token, "reject")
+    if not ceremony.decline(Ceremony.Status.REJECTED, request.user):
+        return _error(Refused(assertions.NOT_PENDING, "This call was already decided.", 410))
+    return JsonResponse({"status": "rejected"})
+
+
+def _loopback_only(request, ceremony, stage):
+    refusal = Refused(
+        assertions.LOOPBACK_ONLY, "In localhost mode, approve on the page's own port.", 403
+    )
+    audit_refusal(stage, refusal, ceremony=ceremony, user=request.user)
+    return _error(refusal)
+
+
+def _state(ceremony):
+    if ceremony.status == Ceremony.Status.PENDING:
+        return "expired" if ceremony.is_overdue else "pending"
+    if ceremony.status in (Ceremony.Status.REJECTED, Ceremony.Status.EXPIRED):
+        return ceremony.status
+    return "approved"
+
+
+def _arguments(arguments):
+    """Rows for the page: each argument as text, a list, or JSON — shown exactly."""
+    if not isinstance(arguments, dict):
+        arguments = {"(value)": arguments}
+    rows = []
+    for name, value in arguments.items():
+        if isinstance(value, str):
+            rows.append((name, "text", value))
+        elif isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+            rows.append((name, "list", value))
+        else:
+            rows.append((name, "json", json.dumps(value, indent=2, ensure_ascii=False)))
+    return rows
+
+
+# --- server to server -------------------------------------------------------------------------
+
+
+@csrf_exempt
+@require_POST
+def verify_assertion(request):
+    """`POST /auth/verify-assertion`: an MCP server asks whether `mcplet_auth` authorises
+    exactly its call. A definite answer: {"verified": true} or {"verified": false, "reason"}."""
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    token = BackendToken.authenticate(raw.strip()) if scheme.lower() == "bearer" else None
+    body = _json(request) or {}
+    tool = body.get("tool")
+    if token is None:
+        refusal = Refused(assertions.UNAUTHENTICATED, "Send your server's verify token.", 401)
+        audit_refusal("verify", refusal, tool=tool if isinstance(tool, str) else "")
+        response = _verdict(refusal)
+        response["WWW-Authenticate"] = 'Bearer realm="verify-assertion"'
+        return response
+    arguments = body.get("arguments", {})
+    if not isinstance(tool, str) or not isinstance(arguments, dict) or "mcplet_auth" not in body:
+        refusal = Refused(assertions.MALFORMED, "Send mcplet_auth, tool and arguments.", 400)
+        audit_refusal("verify", refusal, server=token.server, tool=str(tool or ""))
+        return _verdict(refusal)
+    try:
+        Ceremony.verify_for_backend(token.server, body["mcplet_auth"], tool, arguments)
+    except Refused as refusal:
+        return _verdict(refusal)
+    return JsonResponse({"verified": True})
+
+
+def _verdict(refusal):
+    body = {"verified": False, "reason": refusal.reason, "message": refusal.message}
+    return JsonResponse(body, status=refusal.status if refusal.status in (400, 401) else 200)

@@ -1,0 +1,80 @@
+"""The dashboard in Chromium on pytest-django's live server (WSGI: pages only, no websocket —
+the live updates are in test_live_browser.py): each page renders the scenario within its CSP,
+a step of the sequence diagram opens its payload, and only staff get in."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.dashboard.conftest import PAGES, sign_in, use_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HEADINGS = {
+    "overview": ["MCP servers", "Runs in progress", "Pending approvals", "Director schedules"],
+    "mcplets": ["MCP servers", "Tools"],
+    "agents": ["Pool grants", "What each agent's LLM is offered"],
+    "runs": ["In progress", "Traces"],
+    "approvals": ["Pending", "History"],
+    "audit": [],
+    "control": ["Directors", "Runs in progress", "Agents", "MCP servers"],
+}
+SEEN = {
+    "overview": ["weather-api", "ConnectError", "send_email", "has no turn 2", "At 06:00 PM"],
+    "mcplets": ["it declares no _meta.mcpletType", "ops-pool (unknown)", "Discover now"],
+    "agents": ["fetch_web_content", "offered no tools", "on info-gathering-agent"],
+    "runs": ["Find tomorrow's bookings at risk of cancelling", "awaiting approval"],
+    "approvals": ["sato@example.jp", "X_APPROVAL_REJECTED", "manager"],
+    "audit": ["Chain intact", "TOOL_BLOCKED", "PERMISSION_GRANTED", "Export JSON lines"],
+    "control": ["Run Director now", "Pause schedule", "Cancel run"],
+}
+
+
+def test_each_page_renders_the_scenario(page, live_server, scenario, staff):
+    base = live_server.url
+    sign_in(page, base)
+    for name in PAGES:
+        page.goto(f"{base}/dashboard/{'' if name == 'overview' else name + '/'}")
+        main = page.locator("main")
+        for heading in HEADINGS[name]:
+            expect(main.get_by_role("heading", name=heading, exact=False).first).to_be_visible()
+        for words in SEEN[name]:
+            expect(main).to_contain_text(words)
+    assert page.problems == []
+
+
+def test_a_step_of_the_sequence_opens_its_payload(page, live_server, scenario, staff):
+    sign_in(page, live_server.url)
+    page.goto(f"{live_server.url}/dashboard/runs/{scenario['campaign']}/")
+    diagram = page.locator("svg.sequence")
+    expect(diagram).to_contain_text("info-gathering-agent")
+    expect(diagram).to_contain_text("people")
+    payload = page.locator("details", has_text="query_crm").first
+    expect(payload).not_to_have_attribute("open", "")
+    diagram.locator("a.step", has_text="query_crm").click()
+    expect(payload).to_have_attribute("open", "")
+    expect(payload.locator("pre")).to_contain_text('"filter": "bookings tomorrow"')
+    expect(payload.locator("pre")).to_contain_text('"toolId": "query_crm"')
+    assert page.problems == []
+
+
+def test_the_filters_narrow_the_audit_log(page, live_server, scenario, staff):
+    sign_in(page, live_server.url)
+    page.goto(f"{live_server.url}/dashboard/audit/")
+    page.fill("input[name=event_type]", "TOOL_BLOCKED")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.audit tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows).to_contain_text("drop_database")
+
+
+def test_a_non_staff_user_is_refused(page, live_server, manager):
+    use_session(page, live_server.url, manager)
+    response = page.goto(f"{live_server.url}/dashboard/")
+    assert response.status == 403
+    expect(page.locator("h1")).to_have_text("The dashboard is for staff")
+    expect(page.locator("body")).not_to_contain_text("MCP servers")
+
+
+def test_the_anonymous_are_asked_to_sign_in(page, live_server):
+    page.goto(f"{live_server.url}/dashboard/approvals/")
+    expect(page).to_have_url(f"{live_server.url}/admin/login/?next=/dashboard/approvals/")

@@ -1,0 +1,220 @@
+"""The live stream: the real ASGI application (origin check, session auth, the consumer) through
+`WebsocketCommunicator`, against the real Redis channel layer (and the in-memory one of the
+embedded mode). Broadcasts come from the signal receivers, as in production."""
+
+import asyncio
+import copy
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from agents.models import Agent, AgentRun
+from dashboard import receivers
+from mcplet_host import audit
+from mcplet_host.asgi import application
+from passkey.models import Ceremony
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = b"http://localhost:8000"
+EMBEDDED = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+def headers(user=None, origin=ORIGIN):
+    found = [(b"origin", origin)] if origin else []
+    if user is not None:
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+        found.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    return found
+
+
+def connect(hdrs):
+    """(connected, close code) of one attempt to open the dashboard's socket."""
+
+    async def attempt():
+        socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=hdrs)
+        connected, code = await socket.connect(timeout=10)
+        await socket.disconnect()
+        return connected, code
+
+    return async_to_sync(attempt)()
+
+
+async def wait_for(socket, wanted, timeout=10):
+    """The first message `wanted(message)` accepts. Others (the group may be shared with other
+    test runs on the same Redis) are skipped."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise AssertionError("the expected message did not arrive")
+        message = await socket.receive_json_from(timeout=left)
+        if wanted(message):
+            return message
+
+
+def stream_reaches_staff(staff):
+    """Audit events, run state and approvals, each after its commit, to a staff socket."""
+    trace = str(uuid.uuid4())
+    agent = Agent.objects.create(agent_id="info-gathering-agent", display_name="Info")
+
+    def make_run():
+        return AgentRun.objects.create(agent=agent, context_id=trace)
+
+    def finish(run):
+        run.status = AgentRun.Status.SUCCESS
+        run.steps = 2
+        run.save()
+
+    def hold():
+        return Ceremony.open_for_result(
+            agent_id="planning-agent",
+            result={"plan": "dessert", "secret": "not for the stream"},
+            prompt_message="Approve the plan",
+            trace_id=trace,
+        )
+
+    signed_in = headers(staff)
+
+    async def session():
+        socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=signed_in)
+        connected, _ = await socket.connect(timeout=10)
+        assert connected
+        assert await socket.receive_json_from(timeout=5) == {"type": "hello", "user": "operator"}
+
+        event = await database_sync_to_async(audit.record)(
+            "TOOL_EXECUTED", actor_type="agent", actor_id="info", target_tool="query_crm",
+            trace_id=trace, details={"duration_ms": 12},
+        )  # fmt: skip
+        message = await wait_for(
+            socket,
+            lambda m: m["type"] == "audit" and m["events"][0]["trace_id"] == trace,
+        )
+        assert message["events"] == [{"seq": event.seq, **event.as_mgp()}]
+
+        run = await database_sync_to_async(make_run)()
+        started = await wait_for(
+            socket, lambda m: m["type"] == "run" and m["run"]["id"] == str(run.pk)
+        )
+        assert (started["run"]["status"], started["run"]["final"]) == ("running", False)
+        assert started["run"]["agent"] == "info-gathering-agent"
+        assert started["run"]["url"] == f"/dashboard/runs/{trace}/#run-{run.pk}"
+        await database_sync_to_async(finish)(run)
+        done = await wait_for(
+            socket, lambda m: m["type"] == "run" and m["run"]["id"] == str(run.pk)
+        )
+        assert (done["run"]["status"], done["run"]["final"], done["run"]["steps"]) == (
+            "success", True, 2,
+        )  # fmt: skip
+
+        ceremony = await database_sync_to_async(hold)()
+        held = await wait_for(
+            socket, lambda m: m["type"] == "approval" and m["approval"]["id"] == ceremony.pk
+        )
+        assert held["approval"]["pending"] and held["approval"]["prompt"] == "Approve the plan"
+        assert held["approval"]["url"] == f"/passkey/ceremonies/{ceremony.token}/"
+        assert "secret" not in str(held)  # what it would run stays on the staff pages
+        await socket.disconnect()
+
+    async_to_sync(session)()
+
+
+@pytest.mark.services
+def test_staff_get_events_runs_and_approvals_over_redis(staff):
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    stream_reaches_staff(staff)
+
+
+def test_the_embedded_mode_streams_over_the_in_memory_layer(staff, settings):
+    settings.CHANNEL_LAYERS = EMBEDDED
+    stream_reaches_staff(staff)
+
+
+@pytest.mark.services
+def test_a_quiet_socket_stays_open(staff, settings):
+    """channels-redis receives with a blocking 5 s BZPOPMIN; redis-py 8 reads with a 5 s socket
+    timeout by default, so the layer's connections need a longer one (channels_redis#422):
+    CHANNEL_LAYERS hosts = [{"address": REDIS_URL, "socket_timeout": 15}]."""
+    # The project's layer, on a prefix of its own: quiet, whatever other test runs send.
+    layers = copy.deepcopy(settings.CHANNEL_LAYERS)
+    layers["default"]["CONFIG"]["prefix"] = f"mcplet:channels:quiet-{uuid.uuid4().hex[:8]}"
+    settings.CHANNEL_LAYERS = layers
+    signed_in = headers(staff)
+    trace = str(uuid.uuid4())
+
+    async def session():
+        socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=signed_in)
+        assert (await socket.connect(timeout=10))[0]
+        await socket.receive_json_from(timeout=5)  # hello
+        await asyncio.sleep(7)  # longer than one blocking receive
+        await database_sync_to_async(audit.record)("TOOL_EXECUTED", trace_id=trace)
+        await wait_for(
+            socket, lambda m: m["type"] == "audit" and m["events"][0]["trace_id"] == trace
+        )
+        await socket.disconnect()
+
+    async_to_sync(session)()
+
+
+@pytest.mark.services
+def test_the_anonymous_are_refused(staff):
+    assert connect(headers()) == (False, 4403)
+
+
+@pytest.mark.services
+def test_a_non_staff_user_is_refused(django_user_model):
+    manager = django_user_model.objects.create_user("manager", password="pw-manager-1")
+    assert connect(headers(manager)) == (False, 4403)
+
+
+@pytest.mark.services
+def test_an_inactive_staff_member_is_refused(staff):
+    staff.is_active = False
+    staff.save()
+    assert connect(headers(staff)) == (False, 4403)
+
+
+@pytest.mark.services
+@pytest.mark.parametrize(
+    "origin", [b"http://evil.example", b"http://localhost.evil.example:8000", b"null", None]
+)
+def test_a_foreign_or_missing_origin_is_refused(staff, origin):
+    # With the staff member's own session cookie: what a cross-site page would send.
+    connected, _ = connect(headers(staff, origin=origin))
+    assert not connected
+
+
+@pytest.mark.services
+def test_staff_with_an_allowed_origin_connect(staff):
+    assert connect(headers(staff))[0]
+
+
+def test_a_broken_channel_layer_never_breaks_the_caller(staff, monkeypatch, caplog):
+    def broken():
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(receivers, "get_channel_layer", broken)
+    event = audit.record("TOOL_EXECUTED", actor_type="agent", actor_id="info")
+    agent = Agent.objects.create(agent_id="info-gathering-agent", display_name="Info")
+    run = AgentRun.objects.create(agent=agent, context_id=str(uuid.uuid4()))
+    assert event.pk and run.pk
+    assert "dashboard broadcast failed: ConnectionError: redis is down" in caplog.text
+
+
+def test_a_broadcast_waits_for_the_commit(staff, monkeypatch, django_capture_on_commit_callbacks):
+    sent = []
+    monkeypatch.setattr(receivers, "broadcast", sent.append)
+    agent = Agent.objects.create(agent_id="info-gathering-agent", display_name="Info")
+    from django.db import transaction
+
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        AgentRun.objects.create(agent=agent, context_id=str(uuid.uuid4()))
+        assert sent == []  # nothing that could still roll back
+    assert [m["type"] for m in sent] == ["run"]

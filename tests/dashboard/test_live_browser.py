@@ -1,0 +1,185 @@
+"""The dashboard live, in Chromium, served as in production: daphne serving mcplet_host.asgi
+(pages and websocket) and a real Celery worker, both on the test database and the real Redis.
+pytest-django's live_server is WSGI only, hence the processes.
+
+With MCPLET_SCREENSHOTS=docs/screenshots the page tour also refreshes the README's pictures."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from playwright.sync_api import expect
+
+from agents.models import Agent
+from tests.dashboard.conftest import PAGES, screenshot, sign_in
+from tests.processes import ROOT, celery_worker, environment, wait_until
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=30_000)  # a worker's cycle, not a page's render
+
+NAMESPACE = f"dashboard-live-{os.getpid()}"
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    return tmp_path_factory.mktemp("scripts")
+
+
+@pytest.fixture
+def script(scripts, settings):
+    """As tests/conftest.py's, in a folder the host processes know from the start."""
+    import yaml
+
+    settings.MCPLET_SCRIPT_DIRS = [str(scripts)]
+
+    def write(agents, name="test"):
+        (scripts / f"{name}.yaml").write_text(yaml.safe_dump({"agents": agents}))
+        return f"scripted/{name}"
+
+    return write
+
+
+def host_environment(scripts):
+    return {
+        "DJANGO_SETTINGS_MODULE": "tests.dashboard.settings",
+        "MCPLET_TEST_NAMESPACE": NAMESPACE,
+        "MCPLET_SCRIPT_DIRS": str(scripts),
+        "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+    }
+
+
+@pytest.fixture(scope="module")
+def asgi_host(django_db_setup, django_db_blocker, scripts, tmp_path_factory):
+    """daphne serving the project's ASGI application on a free port, as `web` does."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    with django_db_blocker.unblock():
+        env = environment(**host_environment(scripts))
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [*command, "mcplet_host.asgi:application"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+
+    def listening():
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_until(listening, "daphne to listen", process)
+        yield f"http://localhost:{port}"  # localhost: an allowed host, so an allowed Origin
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker, scripts, tmp_path_factory):
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    with django_db_blocker.unblock(), celery_worker(log, **host_environment(scripts)) as process:
+        yield process
+
+
+def run_row(page, agent):
+    return page.locator('[data-live="runs"] tr', has_text=agent)
+
+
+def test_a_run_started_from_run_director_now_appears_and_progresses_live(
+    browser, asgi_host, worker, registry, script, staff
+):
+    info, dispatch = registry["info"], registry["dispatch"]
+    model = script(
+        {
+            "evening-director": [
+                {
+                    "json": {
+                        "target": "info-gathering-agent",
+                        "instruction": "Find tomorrow's bookings at risk of cancelling",
+                    }
+                }
+            ],
+            "info-gathering-agent": [
+                # Slow enough to be seen running.
+                {"delay": 2, "tool_calls": [{"name": "query_crm", "arguments": {"filter": "x"}}]},
+                {"json": {"atRisk": ["sato@example.jp"]}},
+            ],
+            "dispatch-agent": [
+                {
+                    "json": {
+                        "actions": [
+                            {
+                                "tool": "send_email",
+                                "arguments": {"to": ["sato@example.jp"], "body": "Dessert?"},
+                            }
+                        ]
+                    }
+                }
+            ],
+        }
+    )
+    director = Agent.objects.create(
+        agent_id="evening-director",
+        display_name="Evening Director",
+        kind=Agent.Kind.DIRECTOR,
+        prompt_template="Targets: {{ targets|join:', ' }}",
+        model=model,
+        backoff_seconds=0,
+    )
+    director.targets.add(info)
+    info.model, info.hands_off_to = model, dispatch
+    info.save()
+    dispatch.model = model
+    dispatch.save()
+
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context.set_default_timeout(30_000)
+    watcher, operator = context.new_page(), context.new_page()
+    sign_in(watcher, asgi_host)
+    expect(watcher.locator("#live")).to_have_attribute("data-state", "live")
+    watcher.evaluate("window.notReloaded = true")
+
+    operator.goto(f"{asgi_host}/dashboard/control/")
+    expect(operator.locator("#live")).to_have_attribute("data-state", "live")
+    operator.get_by_role("button", name="Run Director now").click()
+    result = operator.locator('[data-director-result="evening-director"]')
+    expect(result).to_contain_text("queued")  # the answer to the POST, in place
+    expect(result).to_contain_text("ran")  # the cycle's outcome, when it arrives
+
+    # The overview, untouched since it loaded, follows the runs as they progress.
+    expect(run_row(watcher, "info-gathering-agent")).to_contain_text("Running")
+    expect(run_row(watcher, "info-gathering-agent")).to_contain_text("Success")
+    expect(run_row(watcher, "dispatch-agent")).to_contain_text("awaiting approval")
+    approvals = watcher.locator('[data-live="approvals"] tr', has_text="send_email")
+    expect(approvals).to_contain_text("waiting for approval")
+    audit = watcher.locator('[data-live="audit"]')
+    expect(audit).to_contain_text("director.cycle.ran")
+    expect(audit).to_contain_text("dashboard.run_director")
+
+    # Cancel the waiting run from the row that arrived live on the Control page.
+    operator.once("dialog", lambda dialog: dialog.accept())
+    run_row(operator, "dispatch-agent").get_by_role("button", name="Cancel run").click()
+    expect(operator.locator(".messages")).to_contain_text("cancelled")
+    expect(run_row(watcher, "dispatch-agent")).to_contain_text("Cancelled")
+    expect(approvals).to_contain_text("Rejected")
+    expect(audit).to_contain_text("dashboard.cancel_run")
+    assert watcher.evaluate("window.notReloaded") is True
+    context.close()
+
+
+def test_each_page_renders_live_under_daphne(page, asgi_host, scenario, staff):
+    """The tour of the README's screenshots: every page over ASGI, its socket connected."""
+    sign_in(page, asgi_host)
+    for name in PAGES:
+        page.goto(f"{asgi_host}/dashboard/{'' if name == 'overview' else name + '/'}")
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        expect(page.locator("main h1")).to_be_visible()
+        screenshot(page, name)
+    page.goto(f"{asgi_host}/dashboard/runs/{scenario['campaign']}/#step-2")
+    expect(page.locator("#step-2")).to_have_attribute("open", "")  # the payload, opened
+    expect(page.locator("#step-2 pre")).to_contain_text('"toolId": "query_crm"')
+    screenshot(page, "trace")
+    assert page.problems == []

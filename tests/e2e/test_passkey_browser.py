@@ -1,0 +1,189 @@
+"""The approver's side in a real Chromium with a virtual authenticator: register a passkey, open
+the ceremony from the e-mail, approve (the MCPlet verifies the assertion with the host before it
+runs), reject, cancel, or let it expire — in HTTPS mode (same origin) and localhost mode (a
+loopback server per ceremony)."""
+
+import os
+import socket
+import time
+from datetime import timedelta
+from urllib.parse import urlparse
+
+import pytest
+from django.utils import timezone
+
+if not os.environ.get("CI"):  # in CI a missing Playwright fails the run instead
+    pytest.importorskip("playwright")
+from playwright.sync_api import expect  # noqa: E402
+
+from mcplet_host import gateway
+from mcplet_host.tasks import expire_ceremonies
+from passkey import loopback
+from passkey.models import Ceremony, PasskeyCredential
+from tests.passkey.conftest import configure
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MAIL = {"to": ["sato@example.jp", "kim@example.kr"], "body": "Free dessert tomorrow!\nSee you."}
+
+
+@pytest.fixture
+def mailer(strict_mailer, host, eager):
+    """The strict MCPlet, verifying with this host; resumes run in-process at each commit."""
+    server, log = strict_mailer
+    configure(server, f"{host}/auth/verify-assertion")
+    return log
+
+
+@pytest.fixture
+def localhost_mode(host, settings):
+    settings.PASSKEY_MODE = "localhost"
+    yield
+    loopback.close_all()
+
+
+def register_passkey(page, host):
+    page.goto(f"{host}/passkey/login/")
+    page.fill("#id_username", "manager")
+    page.fill("#id_password", "pw-approver-1")
+    page.click("form.login button")
+    page.wait_for_url(f"{host}/passkey/register/")
+    page.fill("#name", "virtual key")
+    page.click("#register button")
+    expect(page.locator("#status")).to_contain_text("Registered")
+    assert len(page.authenticator.credentials()) == 1
+    assert PasskeyCredential.objects.get().name == "virtual key"
+
+
+def hold(registry):
+    return gateway.call_tool(registry["dispatch"], "mail_guests", MAIL, "app").ceremony
+
+
+def links(mailoutbox, ceremony):
+    """The links of the ceremony's e-mail: the host's page, and the loopback page if any."""
+    (mail,) = mailoutbox
+    return [line for line in mail.body.splitlines() if ceremony.token in line]
+
+
+def assert_shows_the_call(page):
+    expect(page.locator("#agent")).to_contain_text("dispatch-agent")
+    expect(page.locator("#tool")).to_contain_text("mail_guests")
+    expect(page.locator(".prompt")).to_have_text("Send this e-mail?")
+    arguments = page.locator("#arguments")
+    for recipient in MAIL["to"]:
+        expect(arguments).to_contain_text(recipient)
+    expect(arguments.locator("pre.text")).to_have_text(MAIL["body"])
+    expect(page.locator("#countdown")).to_contain_text("left")
+
+
+def assert_clean_console(page):
+    assert not [m for m in page.console_messages if "Content Security Policy" in m or "404" in m]
+
+
+def wait_port_closed(url, seconds=5):
+    port = urlparse(url).port
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the loopback page on port {port} is still open")
+
+
+def test_https_mode_approve_runs_the_call_the_mcplet_verified(
+    page, host, approver, mailer, registry, mailoutbox
+):
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    (link,) = links(mailoutbox, ceremony)
+    assert link == f"{host}{ceremony.get_absolute_url()}"
+    page.goto(link)
+    assert_shows_the_call(page)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED
+    assert ceremony.result["result"] == {"sent": 2} and ceremony.decided_by == approver
+    assert mailer() == [{**MAIL, "verdict": "verified"}]  # the MCPlet asked the host first
+    assert_clean_console(page)
+
+
+def test_https_mode_reject_runs_nothing(page, host, approver, mailer, registry):
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    page.goto(f"{host}{ceremony.get_absolute_url()}")
+    page.click("#reject")
+    expect(page.locator("#status")).to_contain_text("Rejected: nothing ran")
+    expect(page.locator("#approve")).to_have_count(0)
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
+    assert ceremony.result["error"]["code"] == "X_APPROVAL_REJECTED"
+
+
+def test_cancelling_the_passkey_prompt_runs_nothing(page, host, approver, mailer, registry):
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    page.goto(f"{host}{ceremony.get_absolute_url()}")
+    page.authenticator.clear()  # the prompt finds no passkey: the approver can only cancel
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Cancelled", timeout=30_000)
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
+
+
+@pytest.mark.parametrize("mode", ["https", "localhost"])
+def test_expiry_runs_nothing(page, host, approver, mailer, registry, settings, mailoutbox, mode):
+    settings.PASSKEY_MODE = mode
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    ceremony.expires_at = timezone.now() + timedelta(seconds=3)
+    ceremony.save(update_fields=["expires_at"])
+    if mode == "localhost":  # its page was started with the old expiry: start it anew
+        loopback.close_all()
+    link = loopback.serve(ceremony).url if mode == "localhost" else links(mailoutbox, ceremony)[0]
+    page.goto(link)
+    expect(page.locator("#status")).to_contain_text("Expired", timeout=10_000)
+    expect(page.locator("#approve")).to_have_count(0)
+    expire_ceremonies()
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXPIRED and mailer() == []
+    assert ceremony.result["error"]["code"] == "X_APPROVAL_EXPIRED"
+    if mode == "localhost":
+        wait_port_closed(link)
+
+
+def test_localhost_mode_approves_on_the_ceremonys_own_port(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    register_passkey(page, host)  # on the host's own origin; rpId localhost fits every port
+    ceremony = hold(registry)
+    host_link, direct = links(mailoutbox, ceremony)
+    assert host_link == f"{host}{ceremony.get_absolute_url()}"
+    assert direct.startswith("http://localhost:") and urlparse(direct).port != urlparse(host).port
+    page.goto(direct)  # signed in already: cookies of localhost are shared across ports
+    assert page.url == direct
+    assert_shows_the_call(page)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED and ceremony.result["result"]["sent"] == 2
+    assert mailer() == [{**MAIL, "verdict": "verified"}]
+    wait_port_closed(direct)  # released right after the delivery (§16.3)
+    assert_clean_console(page)
+
+
+def test_localhost_mode_the_host_link_leads_to_the_loopback_page(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    host_link, direct = links(mailoutbox, ceremony)
+    page.goto(host_link)
+    page.wait_for_url(direct)
+    page.click("#reject")
+    expect(page.locator("#status")).to_contain_text("Rejected")
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
+    wait_port_closed(direct)

@@ -1,0 +1,148 @@
+import re
+from datetime import timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.utils import timezone
+
+from passkey import loopback
+from passkey.models import Ceremony
+from passkey.views import CSP
+from tests.passkey.conftest import hold_email, url
+
+pytestmark = pytest.mark.django_db
+
+STRICT_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+class Inventory(HTMLParser):
+    """Every script, style and inline handler of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.scripts, self.styles, self.inline = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script":
+            self.scripts.append(attrs.get("src"))
+        if tag == "style":
+            self.inline.append("<style>")
+        if tag == "link" and attrs.get("rel") == "stylesheet":
+            self.styles.append(attrs["href"])
+        self.inline += [name for name in attrs if name == "style" or name.startswith("on")]
+
+
+def test_the_page_shows_who_asks_which_tool_and_exactly_what_runs(approver_client, held):
+    response = approver_client.get(url(held))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "dispatch-agent" in page and "send_email" in page and "reference" in page
+    assert "Approve the e-mail" in page  # the tool's promptMessage
+    for recipient in ("sato@example.jp", "kim@example.kr"):
+        assert f"<li>{recipient}</li>" in page
+    assert '<pre class="text">Free dessert tomorrow!</pre>' in page
+    assert 'id="approve"' in page and 'id="reject"' in page
+    seconds = int(re.search(r'data-seconds-left="(\d+)"', page).group(1))
+    assert 0 < seconds <= held.seconds_left + 1 and 'id="countdown"' in page
+
+
+def test_the_arguments_are_escaped_not_interpreted(approver_client, registry):
+    ceremony = hold_email(registry, {"to": ["<b>x</b>@example.org"], "body": "<script>x</script>"})
+    page = approver_client.get(url(ceremony)).content.decode()
+    assert "<script>x</script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+
+
+def test_a_strict_csp_and_nothing_inline(approver_client, held):
+    response = approver_client.get(url(held))
+    assert response["Content-Security-Policy"] == STRICT_CSP == CSP
+    assert response["Referrer-Policy"] == "same-origin"
+    assert "no-store" in response["Cache-Control"] and response["X-Frame-Options"] == "DENY"
+    inventory = Inventory()
+    inventory.feed(response.content.decode())
+    assert inventory.scripts == ["/static/passkey/ceremony.js"]
+    assert inventory.styles == ["/static/passkey/passkey.css"] and inventory.inline == []
+    for path in ("passkey/ceremony.js", "passkey/register.js", "passkey/passkey.css"):
+        assert finders.find(path), path
+    assert approver_client.get("/static/passkey/ceremony.js").status_code == 200
+
+
+def test_the_page_js_uses_the_browsers_json_helpers():
+    script = Path(finders.find("passkey/ceremony.js")).read_text()
+    assert "parseRequestOptionsFromJSON" in script and "credential.toJSON()" in script
+    assert "atob" not in script and "btoa" not in script  # no hand-written base64url
+    assert "window.close()" in script
+    assert "fetch(" in script and "http" not in script.replace("https://", "")
+
+
+def test_sign_in_first(client, held):
+    response = client.get(url(held))
+    assert response.status_code == 302
+    assert response["Location"].startswith("/passkey/login/?next=/passkey/ceremonies/")
+    assert client.post(url(held, "challenge")).status_code == 401
+
+
+def test_non_approvers_see_a_403_page(client, django_user_model, held):
+    client.force_login(django_user_model.objects.create_user("cook", "c@example.org", "pw"))
+    response = client.get(url(held))
+    assert response.status_code == 403 and b"not an approver" in response.content
+    assert b"sato@example.jp" not in response.content
+    assert client.post(url(held, "reject")).status_code == 403
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.PENDING
+
+
+def test_an_unknown_ceremony_is_a_404(approver_client):
+    assert approver_client.get("/passkey/ceremonies/no-such-token/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (Ceremony.Status.REJECTED, "Rejected: nothing ran"),
+        (Ceremony.Status.EXPIRED, "Expired"),
+        (Ceremony.Status.EXECUTED, "Approved"),
+    ],
+)
+def test_a_decided_ceremony_says_it_is_done(approver_client, held, status, text):
+    Ceremony.objects.filter(pk=held.pk).update(status=status)
+    page = approver_client.get(url(held)).content.decode()
+    assert text in page and "This page is done" in page and 'id="approve"' not in page
+
+
+def test_an_overdue_ceremony_cannot_be_approved(approver_client, held):
+    Ceremony.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    page = approver_client.get(url(held)).content.decode()
+    assert 'data-state="expired"' in page and 'id="approve"' not in page
+
+
+def test_a_result_to_confirm(approver_client):
+    ceremony = Ceremony.open_for_result(
+        agent_id="planning-agent",
+        result={"plan": "Offer a free dessert on rainy days", "budget": 120},
+        prompt_message="Hand this plan to dispatch?",
+    )
+    page = approver_client.get(url(ceremony)).content.decode()
+    assert "Confirm the result of" in page and "planning-agent" in page
+    assert "Offer a free dessert on rainy days" in page and "Hand this plan to dispatch?" in page
+
+
+def test_localhost_mode_sends_the_approver_to_the_ceremonys_own_port(
+    approver_client, held, settings
+):
+    settings.PASSKEY_MODE = "localhost"
+    page = approver_client.get(url(held)).content.decode()
+    assert "Open the approval page" in page and 'id="approve"' not in page
+    loopback.cache.set(loopback._url_key(held.token), "http://localhost:5999/x/", 5)
+    response = approver_client.get(url(held))
+    assert response.status_code == 302 and response["Location"] == "http://localhost:5999/x/"
+
+
+def test_the_admin_links_a_pending_call_to_its_approval_page(staff_client, held):
+    page = staff_client.get(f"/admin/passkey/ceremony/{held.pk}/change/").content.decode()
+    assert f'href="/passkey/ceremonies/{held.token}/"' in page

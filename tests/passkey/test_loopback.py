@@ -1,0 +1,128 @@
+"""Localhost mode (§3.7, §16.3): a loopback-only server per ceremony, on a fresh port, serving
+that ceremony alone, closed after the decision or at expiry."""
+
+import http.client
+import socket
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+
+from passkey import loopback
+from passkey.models import Ceremony
+from tests.passkey.authenticator import SoftAuthenticator
+from tests.passkey.conftest import hold_email, register, url
+
+pytestmark = pytest.mark.django_db
+
+
+def get(server, path, host=None):
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    connection.request("GET", path, headers={"Host": host or f"localhost:{server.port}"})
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    return response.status, response.getheader("Location"), body
+
+
+def wait_closed(server, seconds=5):
+    deadline = time.monotonic() + seconds
+    while not server.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.closed
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+
+
+@pytest.fixture
+def localhost_mode(settings):
+    settings.PASSKEY_MODE = "localhost"
+    settings.PASSKEY_ORIGIN, settings.PASSKEY_RP_ID = "http://localhost:8000", "localhost"
+
+
+def test_a_loopback_only_server_on_a_fresh_port_per_ceremony(held, registry):
+    first = loopback.serve(held)
+    second = loopback.serve(hold_email(registry, {"to": ["a@b.c"], "body": "x"}))
+    assert first.httpd.server_address[0] == "127.0.0.1"
+    assert first.port != second.port and 8000 not in (first.port, second.port)
+    assert loopback.serve(held) is first  # one per ceremony
+    assert first.url == f"http://localhost:{first.port}{url(held)}"
+    assert loopback.live_url(held.token) == first.url
+
+
+def test_it_serves_its_own_ceremony_only(held, registry):
+    server = loopback.serve(held)
+    other = hold_email(registry, {"to": ["a@b.c"], "body": "x"})
+    for path in ("/admin/", "/auth/verify-assertion", "/healthz", url(other), "/passkey/"):
+        status, _, body = get(server, path)
+        assert status == 404, path
+    status, location, _ = get(server, url(held))
+    assert status == 302 and location.startswith("/passkey/login/?next=")  # on its own origin
+    assert get(server, "/passkey/login/")[0] == 200
+    assert get(server, "/static/passkey/ceremony.js")[0] == 200
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "evil.example:{port}", "localhost"])
+def test_other_host_names_are_refused(held, host):
+    server = loopback.serve(held)
+    status, _, _ = get(server, url(held), host=host.format(port=server.port))
+    assert status == 421  # a rebinding DNS name cannot reach the page
+
+
+def test_it_closes_once_the_ceremony_is_decided(held, approver):
+    server = loopback.serve(held)
+    held.decline(Ceremony.Status.REJECTED, approver)
+    wait_closed(server)
+    assert loopback.live_url(held.token) is None
+
+
+def test_it_closes_when_another_process_decides(held):
+    server = loopback.serve(held)
+    cache.set(loopback._closed_key(held.token), 1)  # what page_done() says to every process
+    wait_closed(server)
+
+
+def test_it_closes_at_expiry(registry):
+    ceremony = hold_email(registry)
+    Ceremony.objects.filter(pk=ceremony.pk).update(expires_at=timezone.now() + timedelta(seconds=1))
+    ceremony.refresh_from_db()
+    server = loopback.serve(ceremony)
+    assert not server.closed
+    wait_closed(server)
+
+
+def test_the_hosts_page_opens_a_new_loopback_page(approver_client, held, localhost_mode):
+    response = approver_client.post(url(held, "open"))
+    server = loopback.serve(held)
+    assert response.status_code == 302 and response["Location"] == server.url
+    assert approver_client.get(url(held))["Location"] == server.url
+
+
+def test_the_callback_takes_the_loopback_origin_only(
+    approver_client, held, localhost_mode, settings
+):
+    """The same views behind the loopback server: the assertion must come from that port."""
+    key = SoftAuthenticator()
+    register(approver_client, key, "local", origin=settings.PASSKEY_ORIGIN)
+    origin = "http://localhost:50123"
+    environ = {loopback.ORIGIN_KEY: origin, loopback.CEREMONY_KEY: held.token}
+    options = approver_client.post(url(held, "challenge"), **environ).json()
+    elsewhere = key.get(options, "http://localhost:50124")
+    response = approver_client.post(
+        url(held, "assertion"), elsewhere, "application/json", HTTP_ORIGIN=origin, **environ
+    )
+    assert response.status_code == 403 and response.json()["reason"] == "wrong_origin"
+
+    options = approver_client.post(url(held, "challenge"), **environ).json()
+    response = approver_client.post(
+        url(held, "assertion"),
+        key.get(options, origin),
+        "application/json",
+        HTTP_ORIGIN=origin,
+        **environ,
+    )
+    assert response.status_code == 200
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.APPROVED

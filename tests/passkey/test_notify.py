@@ -1,0 +1,119 @@
+import logging
+import smtplib
+import time
+import webbrowser
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.core import mail
+
+from passkey import loopback, notify
+from passkey.models import Ceremony
+from tests.passkey.conftest import ORIGIN, hold_email, url
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people(django_user_model, approver):
+    perm = Permission.objects.get(codename="approve_ceremony")
+    django_user_model.objects.create_superuser("boss", "boss@example.org", "pw")
+    group = Group.objects.create(name="managers")
+    group.permissions.add(perm)
+    django_user_model.objects.create_user("vice", "vice@example.org", "pw").groups.add(group)
+    gone = django_user_model.objects.create_user("gone", "gone@example.org", "pw", is_active=False)
+    gone.user_permissions.add(perm)
+    django_user_model.objects.create_user("nomail", "", "pw").user_permissions.add(perm)
+    django_user_model.objects.create_user("cook", "cook@example.org", "pw")
+
+
+def test_every_approver_gets_an_email_with_the_link(held, people, mailoutbox):
+    notify.announce(held.pk)
+    assert sorted(m.to[0] for m in mailoutbox) == [
+        "boss@example.org",
+        "manager@example.org",
+        "vice@example.org",
+    ]
+    assert all(len(m.to) == 1 for m in mailoutbox)  # nobody sees the other approvers
+    mail = mailoutbox[0]
+    assert mail.subject == "Approval needed: send_email for dispatch-agent"
+    assert f"{ORIGIN}{url(held)}" in mail.body
+    assert "dispatch-agent" in mail.body and "Approve the e-mail" in mail.body
+    assert "Free dessert" not in mail.body  # the arguments are shown after sign-in only
+
+
+def test_a_new_ceremony_is_announced_once_committed(
+    registry, approver, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        ceremony = hold_email(registry)
+        assert mailoutbox == []
+    (mail,) = mailoutbox
+    assert url(ceremony) in mail.body
+
+
+def test_a_decided_ceremony_is_not_announced(held, approver, mailoutbox):
+    held.decline(Ceremony.Status.REJECTED, approver)
+    notify.announce(held.pk)
+    assert mailoutbox == []
+
+
+def test_a_mail_failure_is_logged_not_raised(held, approver, monkeypatch, caplog):
+    def fail(*args, **kwargs):
+        raise smtplib.SMTPException("relay down")
+
+    monkeypatch.setattr(notify.mail, "send_mass_mail", fail)
+    notify.announce(held.pk)
+    assert "Could not e-mail the approvers" in caplog.text
+
+
+def test_nobody_to_tell_is_a_warning(held, caplog):
+    notify.announce(held.pk)
+    assert "no approver has an e-mail" in caplog.text
+
+
+class FakeBrowser(webbrowser.BaseBrowser):
+    opened = []
+
+    def open(self, url, new=0, autoraise=True):
+        self.opened.append(url)
+        return True
+
+
+def test_localhost_mode_opens_the_ceremonys_own_page(held, approver, settings, monkeypatch):
+    settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
+    FakeBrowser.opened = []
+    monkeypatch.setattr(notify.webbrowser, "get", FakeBrowser)
+    notify.announce(held.pk)
+    direct = loopback.live_url(held.token)
+    assert direct.startswith("http://localhost:") and direct.endswith(url(held))
+    for _ in range(50):
+        if FakeBrowser.opened:
+            break
+        time.sleep(0.05)
+    assert FakeBrowser.opened == [direct]
+    (notice,) = mail.outbox
+    assert direct in notice.body and f"{ORIGIN}{url(held)}" in notice.body
+
+
+def test_without_a_browser_the_url_is_logged(held, settings, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="passkey")
+    settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
+
+    def no_browser():
+        raise webbrowser.Error("could not locate runnable browser")
+
+    monkeypatch.setattr(notify.webbrowser, "get", no_browser)
+    notify.announce(held.pk)
+    assert loopback.live_url(held.token) in caplog.text
+
+
+def test_console_browsers_are_never_started(settings, monkeypatch):
+    settings.PASSKEY_OPEN_BROWSER = True
+    monkeypatch.setattr(notify.webbrowser, "get", lambda: webbrowser.GenericBrowser("lynx"))
+    assert notify.open_in_browser("http://localhost:1/") is False
+
+
+def test_tests_open_no_browser_unless_asked(settings):
+    del settings.PASSKEY_OPEN_BROWSER
+    assert notify.open_in_browser("http://localhost:1/") is False

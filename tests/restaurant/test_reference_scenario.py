@@ -1,0 +1,114 @@
+"""Plan §9, the whole reference scenario in one go on the scripted model: Director →
+information → planning → the store manager approves the plan → dispatch → the store manager
+approves the e-mail with a passkey → the e-mail MCPlet has the host verify the assertion and
+sends one message per at-risk guest. Real MCPlets over stdio, the real backing service, the
+host's verify-assertion endpoint on a live server; the bus and continuations run eagerly."""
+
+from email import policy
+from email.parser import BytesParser
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+
+from a2a.models import A2AMessage
+from agents import director
+from agents.models import AgentRun
+from mcplet_host.models import AuditEvent
+from passkey.models import Ceremony
+from tests.passkey.authenticator import SoftAuthenticator
+from tests.restaurant.conftest import PASSKEY_ORIGIN, sent_mail
+from tests.restaurant.test_reference_script import at_risk
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
+SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "scripts" / "reference.yaml"
+
+
+@pytest.fixture
+def manager(django_user_model):
+    """The store manager: may approve, with a software passkey registered the usual way."""
+    user = django_user_model.objects.create_user("tencho", "tencho@example.jp", "pw-manager-1")
+    user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
+    client, key = Client(), SoftAuthenticator()
+    client.force_login(django_user_model.objects.get(pk=user.pk))
+    options = client.post("/passkey/register/options/").json()
+    response = client.post(
+        "/passkey/register/verify/",
+        {"name": "store phone", "credential": key.create(options, PASSKEY_ORIGIN)},
+        content_type="application/json",
+    )
+    assert response.status_code == 201, response.content
+    return client, key
+
+
+def approve(manager, ceremony):
+    client, key = manager
+    url = f"/passkey/ceremonies/{ceremony.token}/"
+    options = client.post(url + "challenge/")
+    assert options.status_code == 200, options.content
+    response = client.post(
+        url + "assertion/",
+        key.get(options.json(), PASSKEY_ORIGIN),
+        content_type="application/json",
+        HTTP_ORIGIN=PASSKEY_ORIGIN,
+    )
+    assert response.status_code == 200, response.content
+
+
+def pending():
+    (ceremony,) = Ceremony.objects.filter(status=Ceremony.Status.PENDING)
+    return ceremony
+
+
+def test_director_to_sent_emails(
+    scenario, backend_url, outbox, live_server, manager, tmp_path, settings
+):
+    # The script fetches the forecast from the default backend address; here it runs elsewhere.
+    script = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    (tmp_path / "reference.yaml").write_text(script, encoding="utf-8")
+    settings.MCPLET_SCRIPT_DIRS = [str(tmp_path)]
+    settings.MCPLET_LLM_MODEL = "scripted/reference"
+    mail_server = scenario["servers"]["restaurant-mail"]
+    mail_server.env |= {"MCPLET_VERIFY_URL": f"{live_server.url}/auth/verify-assertion"}
+    mail_server.save(update_fields=["env"])
+
+    cycle = director.run_cycle("director")
+    assert cycle.outcome == "ran", cycle
+
+    info = AgentRun.objects.get(agent__agent_id="info-gathering-agent")
+    assert info.status == AgentRun.Status.SUCCESS, info.error
+    tools = [m for m in info.transcript if m["role"] == "tool"]
+    assert len(tools) == 5 and all('"error"' not in m["content"] for m in tools)
+    plan_approval = pending()
+    assert plan_approval.prompt_message.startswith("キャンペーン計画を承認してください")
+    assert sent_mail(outbox) == []
+
+    approve(manager, plan_approval)
+    planning = AgentRun.objects.get(agent__agent_id="planning-agent")
+    assert planning.status == AgentRun.Status.SUCCESS and planning.result["approvedAt"]
+    email_approval = pending()
+    assert email_approval.tool_name == "send_email"
+    assert email_approval.prompt_message == "メール送信を承認してください"
+    assert sent_mail(outbox) == []  # nothing leaves before the passkey
+
+    approve(manager, email_approval)
+    email_approval.refresh_from_db()
+    assert email_approval.status == Ceremony.Status.EXECUTED, email_approval.result
+    dispatch = AgentRun.objects.get(agent__agent_id="dispatch-agent")
+    assert dispatch.status == AgentRun.Status.SUCCESS, dispatch.error
+    assert dispatch.result["dispatched"] == {"succeeded": 1, "failed": 0}
+
+    messages = [
+        BytesParser(policy=policy.default).parsebytes(f.read_bytes()) for f in sent_mail(outbox)
+    ]
+    recipients = sorted(
+        (m["To"].addresses[0].display_name, m["To"].addresses[0].addr_spec) for m in messages
+    )
+    assert recipients == sorted((p["name"], p["email"]) for p in at_risk())
+    for message in messages:
+        name = message["To"].addresses[0].display_name
+        assert message.get_content().startswith(f"{name} 様")
+    assert AuditEvent.objects.filter(event_type="mcplet.passkey.verified").count() == 1
+    contexts = set(A2AMessage.objects.values_list("context_id", flat=True))
+    assert len(contexts) == 1  # one workflow, one contextId
