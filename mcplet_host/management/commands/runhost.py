@@ -30,6 +30,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency", type=int, default=4, help="Worker threads (default 4)."
         )
+        parser.add_argument(
+            "--restaurant-port",
+            type=int,
+            default=5100,
+            help="Port of the reference scenario's backing service (0: do not start it).",
+        )
 
     def handle(self, *args, host, port, concurrency, restaurant_port, **options):
         worker = WorkController(
