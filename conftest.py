@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["tests.browser"]
+
 SERVICES_HINT = (
     "needs PostgreSQL and Redis: set DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_host "
     "and REDIS_URL=redis://127.0.0.1:6379/0 (as .ci/run does)"

@@ -17,7 +17,6 @@ from django.db.models.signals import post_save
 from django.urls import reverse
 
 from agents.models import AgentRun
-from dashboard.templatetags.dashboard_tags import ceremony_url
 from mcplet_host.signals import audit_recorded
 from passkey.models import Ceremony
 
@@ -135,7 +134,7 @@ def approval_payload(ceremony):
             "created_at": ceremony.created_at.isoformat() if ceremony.created_at else None,
             "expires_at": ceremony.expires_at.isoformat() if ceremony.expires_at else None,
             "decided_by": ceremony.decided_by.get_username() if ceremony.decided_by_id else "",
-            "url": ceremony_url(ceremony),
+            "url": ceremony.get_absolute_url(),
             "trace_url": reverse("dashboard:trace", args=[ceremony.trace_id])
             if ceremony.trace_id
             else "",

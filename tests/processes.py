@@ -1,6 +1,8 @@
-"""Real host processes for tests: a Celery worker and `manage.py` commands on the test database."""
+"""Real host processes for tests: daphne, a Celery worker and `manage.py` commands on the test
+database."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -50,6 +52,39 @@ def celery_worker(log_path, name="worker", concurrency=2, **env):
                 process.wait(15)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def daphne(log_path, port=None, **env):
+    """daphne serving the project's ASGI application (pages and websocket), as `web` does;
+    yields its base URL on localhost, an allowed host and so an allowed Origin."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [*command, "mcplet_host.asgi:application"],
+            cwd=ROOT,
+            env=environment(**env),
+            stdout=log,
+            stderr=log,
+        )
+
+    def listening():
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_until(listening, "daphne to listen", process)
+        yield f"http://localhost:{port}"
+    finally:
+        process.terminate()
+        process.wait(15)
 
 
 def wait_until(predicate, what, process=None, timeout=60):

@@ -15,15 +15,6 @@ def pretty_json(value):
 
 
 @register.filter
-def ceremony_url(ceremony):
-    """The ceremony page, or "" while the project does not route the passkey app."""
-    try:
-        return ceremony.get_absolute_url()
-    except NoReverseMatch:
-        return ""
-
-
-@register.filter
 def seconds_between(end, start):
     if not (end and start):
         return ""

@@ -13,7 +13,8 @@ MCPlets reach it through `RESTAURANT_API_URL`, so real services replace it by co
     GET  /site/stats[?days=7]                         booking-site (EPARK) access statistics
     GET  /external/supplier-stock[?item=…]            the supplier's stock
     GET  /external/local-events?date=…                events near the store
-    POST /email/send  {to: [...], subject, body}      sends (SMTP, or .eml files in the outbox)
+    POST /email/send  {to: [...], subject, body}      sends over SMTP (SMTP_HOST, else a sink
+                                                       writing .eml files in the outbox)
     POST /sns/post    {platform, text}                posts (logged to the outbox)
     GET  /healthz
 
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"restaurant backend on http://{args.host}:{server.server_address[1]} "
         f"(outbox {delivery.outbox()}, mail via "
-        f"{os.environ.get('SMTP_HOST') or '.eml files'})",
+        f"{os.environ.get('SMTP_HOST') or 'a local SMTP sink into the outbox'})",
         file=sys.stderr,
         flush=True,
     )

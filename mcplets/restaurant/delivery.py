@@ -1,5 +1,6 @@
-"""How the backing service really sends: e-mail over SMTP (or, without `SMTP_HOST`, as `.eml`
-files in the outbox, the embedded mode's mail sink) and SNS posts to a log in the outbox.
+"""How the backing service really sends: e-mail over SMTP (to `SMTP_HOST`, else to the embedded
+mode's sink, which keeps each message as an `.eml` file in the outbox) and SNS posts to a log in
+the outbox.
 
     SMTP_HOST, SMTP_PORT (25), SMTP_USER, SMTP_PASSWORD, SMTP_STARTTLS (false)
     RESTAURANT_MAIL_FROM   (森の食卓 新宿店 <reservations@restaurant.example.jp>)
@@ -19,6 +20,7 @@ from email.utils import formatdate, make_msgid, parseaddr
 from pathlib import Path
 from typing import Any
 
+from mcplets.restaurant import smtp_sink
 from mcplets.restaurant.store import STORE_NAME
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
@@ -94,10 +96,15 @@ def send_email(to: list[str], subject: str, body: str) -> dict[str, Any]:
     sender = os.environ.get("RESTAURANT_MAIL_FROM", DEFAULT_FROM)
     messages = [build_message(sender, n, a, subject, body) for n, a in recipients]
     host = os.environ.get("SMTP_HOST", "").strip()
-    results = _send_smtp(host, messages) if host else _write_eml(messages)
+    if host:
+        port = int(os.environ.get("SMTP_PORT", "25"))
+    else:
+        host, port = smtp_sink.address(outbox)
+    results = _send_smtp(host, port, messages)
     sent = sum(1 for r in results if r["status"] == "sent")
     return {
-        "transport": "smtp" if host else "file",
+        "transport": "smtp",
+        "server": f"{host}:{port}",
         "sent": sent,
         "failed": len(results) - sent,
         "messages": results,
@@ -113,8 +120,7 @@ def _summary(message: EmailMessage, status: str, **extra: Any) -> dict[str, Any]
     }
 
 
-def _send_smtp(host: str, messages: list[EmailMessage]) -> list[dict[str, Any]]:
-    port = int(os.environ.get("SMTP_PORT", "25"))
+def _send_smtp(host: str, port: int, messages: list[EmailMessage]) -> list[dict[str, Any]]:
     results = []
     with smtplib.SMTP(host, port, timeout=15) as smtp:
         if os.environ.get("SMTP_STARTTLS", "").lower() in ("1", "true", "yes"):
@@ -128,19 +134,6 @@ def _send_smtp(host: str, messages: list[EmailMessage]) -> list[dict[str, Any]]:
                 results.append(_summary(message, "failed", error=str(exc)))
             else:
                 results.append(_summary(message, "sent"))
-    return results
-
-
-def _write_eml(messages: list[EmailMessage]) -> list[dict[str, Any]]:
-    folder = outbox()
-    results = []
-    for message in messages:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        path = folder / f"{stamp}-{uuid.uuid4().hex[:8]}.eml"
-        temp = path.with_suffix(".tmp")
-        temp.write_bytes(message.as_bytes())
-        temp.replace(path)  # a reader never sees half a message
-        results.append(_summary(message, "sent", file=path.name))
     return results
 
 

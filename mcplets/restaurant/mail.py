@@ -28,7 +28,8 @@ AUTH = {
 RESULT_SCHEMA = {
     "type": "object",
     "properties": {
-        "transport": {"enum": ["smtp", "file"]},
+        "transport": {"const": "smtp"},
+        "server": {"type": "string", "description": "the SMTP server that took the messages"},
         "sent": {"type": "integer"},
         "failed": {"type": "integer"},
         "messages": {

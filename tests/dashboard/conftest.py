@@ -2,15 +2,9 @@
 A2A messages, approvals and audit events made by running the real flows (Director → info →
 planning → dispatch) on the scripted model, so every page shows what the host really stores."""
 
-import asyncio
-import importlib.util
-import os
-from contextlib import contextmanager, suppress
-from pathlib import Path
+from contextlib import suppress
 
 import pytest
-from django.conf import settings
-from django.test import Client
 
 from a2a import bus
 from agents import director as directors
@@ -83,11 +77,6 @@ def legacy_server(tmp_path):
     )
     discover(server)
     return server
-
-
-@pytest.fixture(autouse=True)
-def routes(settings):
-    settings.ROOT_URLCONF = "tests.dashboard.urls"
 
 
 @pytest.fixture
@@ -171,110 +160,13 @@ def scenario(registry, director, script, eager, manager, tmp_path):
     }
 
 
-# --- Chromium (Playwright's sync API, Debian's browser) ---------------------------------------
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-LAPTOP = {"width": 1440, "height": 900}
 PAGES = ["overview", "mcplets", "agents", "runs", "approvals", "audit", "control"]
 
 
-@contextmanager
-def outside_the_browser_loop():
-    """Playwright's sync API leaves its event loop marked as running in this thread; code that
-    runs a loop of its own (discovery's anyio.run, async_to_sync) must not see it."""
-    loop = asyncio.events._get_running_loop()
-    asyncio.events._set_running_loop(None)
-    try:
-        yield
-    finally:
-        asyncio.events._set_running_loop(loop)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    if fixturedef.argname in ("browser", "page"):
-        return (yield)
-    with outside_the_browser_loop():
-        return (yield)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists() or importlib.util.find_spec("playwright") is None:
-        reason = "needs /usr/bin/chromium (apt-get install chromium) and the playwright package"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the browser tests: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the ORM, in Playwright's thread
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-            )
-            yield chromium
-            chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport=LAPTOP)
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    # Script errors, CSP violations, failed requests (the WSGI live server has no websocket, and
-    # the admin's login page asks for a /favicon.ico nobody serves).
-    page.problems = []
-    page.on("pageerror", lambda error: page.problems.append(str(error)))
-    page.on(
-        "console",
-        lambda m: (
-            page.problems.append(m.text)
-            if m.type == "error" and not m.text.startswith(("WebSocket", "Failed to load resource"))
-            else None
-        ),
-    )
-    page.on(
-        "response",
-        lambda r: (
-            page.problems.append(f"{r.status} {r.url}")
-            if r.status >= 400 and not r.url.endswith(("/favicon.ico", "/ws/dashboard/"))
-            else None
-        ),
-    )
-    yield page
-    context.close()
-
-
-def sign_in(page, base):
-    """The operator, through the admin's login form (where /dashboard/ sends the anonymous)."""
+def sign_in(page, base, username="operator", password=STAFF_PASSWORD):
+    """Through the admin's login form, where /dashboard/ sends the anonymous."""
     page.goto(f"{base}/dashboard/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", STAFF_PASSWORD)
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
     page.click("input[type=submit]")
     page.wait_for_url(f"{base}/dashboard/")
-
-
-def use_session(page, base, user):
-    """Sign `user` in by cookie (the admin login form takes staff only)."""
-    client = Client()
-    client.force_login(user)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
-    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": cookie, "url": base}])
-
-
-def screenshot(page, name):
-    """With MCPLET_SCREENSHOTS=<dir> (e.g. docs/screenshots), keep a picture of the page."""
-    folder = os.environ.get("MCPLET_SCREENSHOTS")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"dashboard-{name}.png"), full_page=True)

@@ -5,7 +5,8 @@ a step of the sequence diagram opens its payload, and only staff get in."""
 import pytest
 from playwright.sync_api import expect
 
-from tests.dashboard.conftest import PAGES, sign_in, use_session
+from tests.browser import use_session
+from tests.dashboard.conftest import PAGES, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,16 +5,14 @@ pytest-django's live_server is WSGI only, hence the processes.
 With MCPLET_SCREENSHOTS=docs/screenshots the page tour also refreshes the README's pictures."""
 
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent
-from tests.dashboard.conftest import PAGES, screenshot, sign_in
-from tests.processes import ROOT, celery_worker, environment, wait_until
+from tests.browser import screenshot
+from tests.dashboard.conftest import PAGES, sign_in
+from tests.processes import celery_worker, daphne
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=30_000)  # a worker's cycle, not a page's render
@@ -43,7 +41,7 @@ def script(scripts, settings):
 
 def host_environment(scripts):
     return {
-        "DJANGO_SETTINGS_MODULE": "tests.dashboard.settings",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
         "MCPLET_TEST_NAMESPACE": NAMESPACE,
         "MCPLET_SCRIPT_DIRS": str(scripts),
         "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
@@ -52,29 +50,9 @@ def host_environment(scripts):
 
 @pytest.fixture(scope="module")
 def asgi_host(django_db_setup, django_db_blocker, scripts, tmp_path_factory):
-    """daphne serving the project's ASGI application on a free port, as `web` does."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     log = tmp_path_factory.mktemp("daphne") / "daphne.log"
-    with django_db_blocker.unblock():
-        env = environment(**host_environment(scripts))
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [*command, "mcplet_host.asgi:application"], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
-
-    def listening():
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", port)) == 0
-
-    try:
-        wait_until(listening, "daphne to listen", process)
-        yield f"http://localhost:{port}"  # localhost: an allowed host, so an allowed Origin
-    finally:
-        process.terminate()
-        process.wait(15)
+    with django_db_blocker.unblock(), daphne(log, **host_environment(scripts)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +155,9 @@ def test_each_page_renders_live_under_daphne(page, asgi_host, scenario, staff):
         page.goto(f"{asgi_host}/dashboard/{'' if name == 'overview' else name + '/'}")
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
         expect(page.locator("main h1")).to_be_visible()
-        screenshot(page, name)
+        screenshot(page, f"dashboard-{name}")
     page.goto(f"{asgi_host}/dashboard/runs/{scenario['campaign']}/#step-2")
     expect(page.locator("#step-2")).to_have_attribute("open", "")  # the payload, opened
     expect(page.locator("#step-2 pre")).to_contain_text('"toolId": "query_crm"')
-    screenshot(page, "trace")
+    screenshot(page, "dashboard-trace")
     assert page.problems == []

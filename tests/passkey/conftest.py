@@ -19,9 +19,7 @@ EMAIL_ARGS = {"to": ["sato@example.jp", "kim@example.kr"], "body": "Free dessert
 
 @pytest.fixture(autouse=True)
 def passkey_settings(settings):
-    """HTTPS mode on a made-up origin, and the passkey URLs (whether or not the project's
-    urls.py includes them yet)."""
-    settings.ROOT_URLCONF = "tests.passkey.urls"
+    """HTTPS mode on a made-up origin."""
     settings.PASSKEY_MODE = "https"
     settings.PASSKEY_ORIGIN = ORIGIN
     settings.PASSKEY_RP_ID = RP_ID

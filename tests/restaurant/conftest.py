@@ -6,12 +6,15 @@ import io
 
 import anyio
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
+from django.test import Client as WebClient
 from mcp import Client
 
 from mcplets.restaurant import SERVERS, backend
 from pools.discovery import apply_snapshot, snapshot
 from pools.models import McpServer
+from tests.passkey.authenticator import SoftAuthenticator
 
 PASSKEY_ORIGIN = "https://approve.example.test"
 PASSKEY_RP_ID = "approve.example.test"
@@ -72,8 +75,7 @@ def seed(*args, **options):
 
 @pytest.fixture
 def passkey_https(settings):
-    """HTTPS passkey mode on a made-up origin, and a URLconf with the passkey views."""
-    settings.ROOT_URLCONF = "tests.restaurant.urls"
+    """HTTPS passkey mode on a made-up origin."""
     settings.PASSKEY_MODE = "https"
     settings.PASSKEY_ORIGIN = PASSKEY_ORIGIN
     settings.PASSKEY_RP_ID = PASSKEY_RP_ID
@@ -93,3 +95,35 @@ def scenario(backend_url, listings, passkey_https):
 
     agents = {a.agent_id: a for a in Agent.objects.all()}
     return {"servers": servers, **agents}
+
+
+@pytest.fixture
+def manager(django_user_model):
+    """The store manager: may approve, with a software passkey registered the usual way."""
+    user = django_user_model.objects.create_user("tencho", "tencho@example.jp", "pw-manager-1")
+    user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
+    client, key = WebClient(), SoftAuthenticator()
+    client.force_login(django_user_model.objects.get(pk=user.pk))
+    options = client.post("/passkey/register/options/").json()
+    response = client.post(
+        "/passkey/register/verify/",
+        {"name": "store phone", "credential": key.create(options, PASSKEY_ORIGIN)},
+        content_type="application/json",
+    )
+    assert response.status_code == 201, response.content
+    return client, key
+
+
+def approve(manager, ceremony):
+    """The manager's challenge and signed assertion, through the host's ceremony views."""
+    client, key = manager
+    url = f"/passkey/ceremonies/{ceremony.token}/"
+    options = client.post(url + "challenge/")
+    assert options.status_code == 200, options.content
+    response = client.post(
+        url + "assertion/",
+        key.get(options.json(), PASSKEY_ORIGIN),
+        content_type="application/json",
+        HTTP_ORIGIN=PASSKEY_ORIGIN,
+    )
+    assert response.status_code == 200, response.content

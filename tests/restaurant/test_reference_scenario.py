@@ -9,51 +9,17 @@ from email.parser import BytesParser
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission
-from django.test import Client
 
 from a2a.models import A2AMessage
 from agents import director
 from agents.models import AgentRun
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
-from tests.passkey.authenticator import SoftAuthenticator
-from tests.restaurant.conftest import PASSKEY_ORIGIN, sent_mail
+from tests.restaurant.conftest import approve, sent_mail
 from tests.restaurant.test_reference_script import at_risk
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "scripts" / "reference.yaml"
-
-
-@pytest.fixture
-def manager(django_user_model):
-    """The store manager: may approve, with a software passkey registered the usual way."""
-    user = django_user_model.objects.create_user("tencho", "tencho@example.jp", "pw-manager-1")
-    user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
-    client, key = Client(), SoftAuthenticator()
-    client.force_login(django_user_model.objects.get(pk=user.pk))
-    options = client.post("/passkey/register/options/").json()
-    response = client.post(
-        "/passkey/register/verify/",
-        {"name": "store phone", "credential": key.create(options, PASSKEY_ORIGIN)},
-        content_type="application/json",
-    )
-    assert response.status_code == 201, response.content
-    return client, key
-
-
-def approve(manager, ceremony):
-    client, key = manager
-    url = f"/passkey/ceremonies/{ceremony.token}/"
-    options = client.post(url + "challenge/")
-    assert options.status_code == 200, options.content
-    response = client.post(
-        url + "assertion/",
-        key.get(options.json(), PASSKEY_ORIGIN),
-        content_type="application/json",
-        HTTP_ORIGIN=PASSKEY_ORIGIN,
-    )
-    assert response.status_code == 200, response.content
 
 
 def pending():

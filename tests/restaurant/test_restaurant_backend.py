@@ -1,8 +1,6 @@
 """The backing service's endpoints (plan §4), over real HTTP."""
 
 import json
-import socketserver
-import threading
 from datetime import date, timedelta
 from email import policy
 from email.parser import BytesParser
@@ -10,8 +8,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from aiosmtpd.controller import Controller
 
 from mcplets.restaurant import store
+from tests.processes import free_port
 from tests.restaurant.conftest import sent_mail
 
 
@@ -112,7 +112,8 @@ def test_email_is_one_message_per_recipient_in_the_outbox(backend_url, outbox):
             "body": "{name} 様\n明日は雨の予報です。",
         },
     )
-    assert status == 200 and body["transport"] == "file"
+    # Over SMTP to the embedded sink, which keeps each message with its envelope recipient.
+    assert status == 200 and body["transport"] == "smtp" and body["server"].startswith("127.")
     assert body["sent"] == 2 and body["failed"] == 0
     files = sent_mail(outbox)
     assert len(files) == 2
@@ -124,6 +125,7 @@ def test_email_is_one_message_per_recipient_in_the_outbox(backend_url, outbox):
     assert sato.get_content().startswith("佐藤 花子 様")
     assert by_to["kato.yumi@example.com"].get_content().startswith("お客様 様")
     assert "kato" not in str(sato["To"])  # nobody sees another guest's address
+    assert sato["X-Envelope-To"] == "sato.hanako@example.jp"
     assert {m["Message-ID"] for m in messages} == {r["messageId"] for r in body["messages"]}
 
 
@@ -175,53 +177,24 @@ def test_the_api_token_guards_the_posts(backend_url, outbox, monkeypatch):
     assert get(backend_url, "/crm/customers?id=C002")["count"] == 1  # reads stay open
 
 
-class SmtpSink(socketserver.ThreadingTCPServer):
-    """Just enough SMTP to take messages (aiosmtpd is not a dependency)."""
-
-    allow_reuse_address = True
-    daemon_threads = True
+class Relay:
+    """Another SMTP server, standing in for Mailpit or the store's relay."""
 
     def __init__(self):
         self.received = []
-        super().__init__(("127.0.0.1", 0), self.Handler)
 
-    class Handler(socketserver.StreamRequestHandler):
-        def reply(self, line):
-            self.wfile.write(line.encode() + b"\r\n")
-
-        def handle(self):
-            self.reply("220 sink ESMTP")
-            envelope = {"rcpt": []}
-            while line := self.rfile.readline():
-                command = line.decode().strip()
-                verb = command.split(" ", 1)[0].upper()
-                if verb == "EHLO":
-                    self.reply("250-sink")
-                    self.reply("250 8BITMIME")
-                elif verb == "MAIL":
-                    envelope = {"from": command, "rcpt": []}
-                    self.reply("250 OK")
-                elif verb == "RCPT":
-                    envelope["rcpt"].append(command.split(":", 1)[1].strip(" <>"))
-                    self.reply("250 OK")
-                elif verb == "DATA":
-                    self.reply("354 go on")
-                    data = b"".join(iter(lambda: self.rfile.readline(), b".\r\n"))
-                    self.server.received.append((envelope["rcpt"], data))
-                    self.reply("250 queued")
-                elif verb == "QUIT":
-                    self.reply("221 bye")
-                    return
-                else:
-                    self.reply("250 OK")
+    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
+        self.received.append((envelope.rcpt_tos, envelope.content))
+        return "250 queued"
 
 
 def test_email_goes_over_smtp_when_configured(backend_url, outbox, monkeypatch):
-    sink = SmtpSink()
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    relay = Relay()
+    sink = Controller(relay, hostname="127.0.0.1", port=free_port())
+    sink.start()
     try:
         monkeypatch.setenv("SMTP_HOST", "127.0.0.1")
-        monkeypatch.setenv("SMTP_PORT", str(sink.server_address[1]))
+        monkeypatch.setenv("SMTP_PORT", str(sink.port))
         status, body, _ = call(
             backend_url + "/email/send",
             {
@@ -231,13 +204,13 @@ def test_email_goes_over_smtp_when_configured(backend_url, outbox, monkeypatch):
             },
         )
     finally:
-        sink.shutdown()
-        sink.server_close()
+        sink.stop()
     assert status == 200 and body["transport"] == "smtp" and body["sent"] == 2
-    assert [rcpt for rcpt, _ in sink.received] == [
+    assert body["server"] == f"127.0.0.1:{sink.port}"
+    assert [rcpt for rcpt, _ in relay.received] == [
         ["sato.hanako@example.jp"],
         ["kato.yumi@example.com"],
     ]
-    first = BytesParser(policy=policy.default).parsebytes(sink.received[0][1])
+    first = BytesParser(policy=policy.default).parsebytes(relay.received[0][1])
     assert first.get_content().strip() == "佐藤 花子 様"
-    assert sent_mail(outbox) == []  # no file copies when SMTP is configured
+    assert sent_mail(outbox) == []  # the outbox is the embedded sink's, not a copy

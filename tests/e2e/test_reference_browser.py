@@ -1,0 +1,198 @@
+"""The reference scenario as the README's walkthrough runs it, in Chromium with a virtual
+authenticator, against the host's production processes: daphne (dashboard, websocket, passkey
+pages) and a Celery worker (Director, agents, gateway), on PostgreSQL and Redis, with the eight
+MCPlets over stdio, their backing service and its SMTP sink. Passkeys in localhost mode, `make
+run`'s default: each approval on its own loopback port.
+
+Director → information → planning → the store manager approves the plan → dispatch → the manager
+approves the e-mail → the mail MCPlet has the host verify the assertion → one e-mail per guest at
+risk reaches the SMTP sink. Then every dashboard page is read back with the scenario's data.
+
+With MCPLET_SCREENSHOTS=docs/screenshots it also refreshes the README's pictures."""
+
+import os
+from email import policy
+from email.parser import BytesParser
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from playwright.sync_api import expect
+
+from a2a.models import A2AMessage
+from agents.models import AgentRun
+from mcplet_host.audit import verify_chain
+from mcplet_host.models import AuditEvent
+from passkey.models import Ceremony
+from tests.browser import screenshot
+from tests.dashboard.conftest import PAGES, sign_in
+from tests.processes import celery_worker, daphne, free_port
+from tests.restaurant.conftest import (  # noqa: F401 (fixtures)
+    backend_url,
+    listings,
+    outbox,
+    passkey_https,
+    scenario,
+    sent_mail,
+)
+from tests.restaurant.test_reference_script import at_risk
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=60_000)  # the worker's agents and MCP servers, not a page's render
+
+SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "scripts" / "reference.yaml"
+NAMESPACE = f"reference-e2e-{os.getpid()}"
+MANAGER, PASSWORD = "tencho", "pw-manager-1"
+
+
+@pytest.fixture(scope="module")
+def port():
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def host_environment(backend_url, port, tmp_path_factory):  # noqa: F811
+    """What `make run` would use, on a port of its own; the reference script fetches the
+    forecast from the test's backing service."""
+    scripts = tmp_path_factory.mktemp("scripts")
+    text = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    (scripts / "reference.yaml").write_text(text, encoding="utf-8")
+    return {
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "MCPLET_TEST_NAMESPACE": NAMESPACE,
+        "MCPLET_SCRIPT_DIRS": str(scripts),
+        "MCPLET_LLM_MODEL": "scripted/reference",
+        "PASSKEY_MODE": "localhost",
+        "PASSKEY_ORIGIN": f"http://localhost:{port}",
+        "PASSKEY_RP_ID": "localhost",
+        "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+    }
+
+
+@pytest.fixture(scope="module")
+def host(django_db_setup, django_db_blocker, host_environment, port, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("host")
+    with (
+        django_db_blocker.unblock(),
+        daphne(logs / "daphne.log", port=port, **host_environment) as url,
+        celery_worker(logs / "worker.log", **host_environment),
+    ):
+        yield url
+
+
+@pytest.fixture
+def reference(scenario, host, django_user_model):  # noqa: F811
+    """The seeded scenario, its strict MCPlets verifying with this host, and the store manager
+    (staff, may approve) without a passkey yet."""
+    for server in scenario["servers"].values():
+        if "MCPLET_VERIFY_URL" in server.env:
+            server.env |= {"MCPLET_VERIFY_URL": f"{host}/auth/verify-assertion"}
+            server.save(update_fields=["env"])
+    django_user_model.objects.create_superuser(MANAGER, "tencho@example.jp", PASSWORD)
+    return scenario
+
+
+def register_passkey(page, host):
+    page.goto(f"{host}/passkey/register/")
+    page.fill("#name", "store phone")
+    screenshot(page, "walkthrough-1-register-passkey")
+    page.click("#register button")
+    expect(page.locator("#status")).to_contain_text("Registered")
+
+
+def approve_from_the_dashboard(page, host, tool, shows, picture):
+    """Approvals → the pending call's page → (its loopback port) → Approve with the passkey."""
+    page.goto(f"{host}/dashboard/approvals/")
+    row = page.locator('[data-live="approvals"][data-only="pending"] tr', has_text=tool)
+    expect(row).to_contain_text("waiting for approval")  # arrives live when the worker asks
+    screenshot(page, f"{picture}-pending")
+    row.get_by_role("link", name="approval page").click()
+    page.wait_for_url(lambda url: urlparse(url).port != urlparse(host).port)  # its own port
+    for words in shows:
+        expect(page.locator("main")).to_contain_text(words)
+    screenshot(page, picture)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved")
+
+
+def test_the_walkthrough_sends_the_campaign_to_exactly_the_guests_at_risk(
+    page,
+    host,
+    reference,
+    outbox,  # noqa: F811
+):
+    guests = at_risk()
+    sign_in(page, host, MANAGER, PASSWORD)
+    register_passkey(page, host)
+
+    page.goto(f"{host}/dashboard/control/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.get_by_role("button", name="Run Director now").click()
+    expect(page.locator('[data-director-result="director"]')).to_contain_text("ran")
+    screenshot(page, "walkthrough-2-run-director")
+
+    approve_from_the_dashboard(
+        page,
+        host,
+        "planning-agent",
+        ["キャンペーン計画を承認してください", guests[0]["name"]],
+        "walkthrough-3-approve-plan",
+    )
+    assert sent_mail(outbox) == []  # the plan is approved; nothing has left yet
+    approve_from_the_dashboard(
+        page,
+        host,
+        "send_email",
+        ["メール送信を承認してください", guests[0]["email"]],
+        "walkthrough-4-approve-emails",
+    )
+
+    page.goto(f"{host}/dashboard/approvals/")
+    done = page.locator('[data-live="approvals"][data-only="decided"] tr', has_text="send_email")
+    expect(done).to_contain_text("Executed")  # when the MCPlet has answered, live
+    email = Ceremony.objects.get(tool_name="send_email")
+    dispatch = AgentRun.objects.get(agent__agent_id="dispatch-agent")
+    page.goto(f"{host}/dashboard/runs/{dispatch.context_id}/")
+    expect(page.locator("svg.sequence")).to_contain_text("send_email")
+    expect(page.locator("main")).to_contain_text("Success")
+    screenshot(page, "walkthrough-5-trace")
+    email.refresh_from_db()
+    dispatch.refresh_from_db()
+    assert email.status == Ceremony.Status.EXECUTED, email.result
+    assert dispatch.status == AgentRun.Status.SUCCESS, dispatch.error
+    assert dispatch.result["dispatched"] == {"succeeded": 1, "failed": 0}
+
+    # The SMTP sink got one message per guest at risk, each addressed to that guest alone.
+    messages = [
+        BytesParser(policy=policy.default).parsebytes(f.read_bytes()) for f in sent_mail(outbox)
+    ]
+    assert sorted((m["To"].addresses[0].display_name, m["X-Envelope-To"]) for m in messages) == (
+        sorted((g["name"], g["email"]) for g in guests)
+    )
+    assert AuditEvent.objects.filter(event_type="mcplet.passkey.verified").count() == 1
+    # One workflow, one contextId: every A2A message and every run of the trace.
+    contexts = {str(c) for c in A2AMessage.objects.values_list("context_id", flat=True)}
+    contexts |= set(AgentRun.objects.values_list("context_id", flat=True))
+    assert contexts == {dispatch.context_id}
+    checked, broken = verify_chain()
+    assert broken is None and checked == AuditEvent.objects.count() > 20
+
+    # Every page of the dashboard, over ASGI with its socket connected, shows what happened.
+    for name in PAGES:
+        page.goto(f"{host}/dashboard/{'' if name == 'overview' else name + '/'}")
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        for words in SEEN[name]:
+            expect(page.locator("main")).to_contain_text(words)
+        screenshot(page, f"dashboard-{name}")
+    assert page.problems == []
+
+
+SEEN = {
+    "overview": ["restaurant-mail", "At 07:00 AM", "Nothing waits"],
+    "mcplets": ["send_email", "media-pool", "fetch_web_content", "info-pool", "Discover now"],
+    "agents": ["info-gathering-agent", "planning-agent", "dispatch-agent", "query_crm"],
+    "runs": ["dispatch-agent", "Success"],
+    "approvals": ["send_email", "Executed", MANAGER],
+    "audit": ["Chain intact", "mcplet.passkey.verified"],
+    "control": ["Run Director now", "Pause schedule"],
+}
