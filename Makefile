@@ -42,9 +42,11 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
+# Two pytest-xdist workers, a test module each at a time (module-scoped browsers and host
+# processes stay in one worker); most tests wait on processes, browsers and sockets.
 test: $(INSTALLED) chromium
 	$(BIN)/ruff check .
-	SECRET_KEY=$${SECRET_KEY:-insecure-test-key} $(BIN)/python -m pytest
+	SECRET_KEY=$${SECRET_KEY:-insecure-test-key} $(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

@@ -1,31 +1,25 @@
 """`manage.py runhost`, the embedded default behind `make run`, starts and serves."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.processes import ROOT, free_port
 
 
-def test_runhost_serves_health_admin_and_the_dashboard_redirect(tmp_path):
+def test_runhost_serves_health_admin_and_prints_the_walkthrough(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(SECRET_KEY="runhost-test", MCPLET_VAR_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
-    port = free_port()
+    port, restaurant = free_port(), free_port()
+    seed = [*manage, "seed_reference", "--api-url", f"http://127.0.0.1:{restaurant}"]
+    subprocess.run(seed, cwd=ROOT, env=env, check=True, timeout=180, capture_output=True)
     log = (tmp_path / "runhost.log").open("w")
     host = subprocess.Popen(
-        [*manage, "runhost", "--port", str(port), "--restaurant-port", str(free_port())],
+        [*manage, "runhost", "--port", str(port), "--restaurant-port", str(restaurant)],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -45,7 +39,12 @@ def test_runhost_serves_health_admin_and_the_dashboard_redirect(tmp_path):
             assert r.status == 200
         output = (tmp_path / "runhost.log").read_text()
         assert "worker, beat, watcher, embedded (in-memory broker)" in output
-        assert "restaurant backing service: http://127.0.0.1:" in output
+        assert f"restaurant backing service: http://127.0.0.1:{restaurant}" in output
+        # `make run` seeds the scenario: the demo's steps follow, with this host's addresses.
+        assert "Try the reference scenario" in output
+        assert f"Register a passkey: http://localhost:{port}/passkey/register/" in output
+        assert 'press "Run Director now" for director' in output
+        assert f"{tmp_path}/outbox/*.eml" in output
     finally:
         host.terminate()
         host.wait(20)

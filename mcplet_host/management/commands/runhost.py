@@ -14,6 +14,8 @@ from mcplet_host.celery import app
 from mcplets.restaurant import backend as restaurant_backend
 from pools import watcher
 
+WALKTHROUGH_DIRECTOR = "director"  # seed_reference's
+
 
 class Command(BaseCommand):
     help = (
@@ -59,6 +61,8 @@ class Command(BaseCommand):
         beat.start()
         stop_watcher = watcher.start_in_thread()
         restaurant = self._start_restaurant(restaurant_port)
+        if restaurant is not None:
+            self._print_walkthrough(f"http://{host}:{port}")
         try:
             Server(
                 application=application,
@@ -83,5 +87,25 @@ class Command(BaseCommand):
         except OSError as exc:
             self.stdout.write(f"  restaurant backing service not started: {exc}")
             return None
-        self.stdout.write(f"  restaurant backing service: {url} (e-mails land in var/outbox/)")
+        self.stdout.write(f"  restaurant backing service: {url}")
         return server
+
+    def _print_walkthrough(self, base):
+        """The reference scenario in six steps, when `seed_reference` has run (README)."""
+        from agents.models import Agent
+
+        if not Agent.objects.filter(agent_id=WALKTHROUGH_DIRECTOR).exists():
+            return
+        outbox = os.environ["RESTAURANT_OUTBOX"]
+        self.stdout.write(
+            self.style.MIGRATE_HEADING("\nTry the reference scenario (README, Walkthrough):")
+        )
+        for step in (
+            f"Open {base}/dashboard/ and sign in (make run printed the admin password once).",
+            f"Register a passkey: {base}/passkey/register/",
+            f'Control: press "Run Director now" for {WALKTHROUGH_DIRECTOR}.',
+            "Approvals: open the plan's approval page, Approve with passkey.",
+            "Approvals: open send_email's approval page, Approve with passkey.",
+            f"Read the e-mails to the guests at risk of cancelling: {outbox}/*.eml",
+        ):
+            self.stdout.write(f"  {step}")
