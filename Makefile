@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install run test lint format migrate clean seed chromium
+.PHONY: install run test lint format migrate clean seed chromium screenshots
 
 seed: migrate
 	$(BIN)/python manage.py seed_reference
@@ -47,6 +47,15 @@ chromium:
 test: $(INSTALLED) chromium
 	$(BIN)/ruff check .
 	SECRET_KEY=$${SECRET_KEY:-insecure-test-key} $(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The README's pictures, from the end-to-end browser test (needs PostgreSQL and Redis as for CI;
+# Japanese text needs a CJK font).
+screenshots: $(INSTALLED) chromium
+	@fc-list | grep -q "Noto Sans CJK" || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -qq fonts-noto-cjk; }
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mcplet_host} \
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} SECRET_KEY=$${SECRET_KEY:-insecure-test-key} \
+	MCPLET_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/e2e/test_reference_browser.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

@@ -1,8 +1,7 @@
 """The dashboard live, in Chromium, served as in production: daphne serving mcplet_host.asgi
 (pages and websocket) and a real Celery worker, both on the test database and the real Redis.
-pytest-django's live_server is WSGI only, hence the processes.
-
-With MCPLET_SCREENSHOTS=docs/screenshots the page tour also refreshes the README's pictures."""
+pytest-django's live_server is WSGI only, hence the processes. (Every page live with the
+reference scenario's data: tests/e2e/test_reference_browser.py.)"""
 
 import os
 
@@ -10,8 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent
-from tests.browser import screenshot
-from tests.dashboard.conftest import PAGES, sign_in
+from tests.dashboard.conftest import sign_in
 from tests.processes import celery_worker, daphne
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -146,18 +144,3 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
     expect(audit).to_contain_text("dashboard.cancel_run")
     assert watcher.evaluate("window.notReloaded") is True
     context.close()
-
-
-def test_each_page_renders_live_under_daphne(page, asgi_host, scenario, staff):
-    """The tour of the README's screenshots: every page over ASGI, its socket connected."""
-    sign_in(page, asgi_host)
-    for name in PAGES:
-        page.goto(f"{asgi_host}/dashboard/{'' if name == 'overview' else name + '/'}")
-        expect(page.locator("#live")).to_have_attribute("data-state", "live")
-        expect(page.locator("main h1")).to_be_visible()
-        screenshot(page, f"dashboard-{name}")
-    page.goto(f"{asgi_host}/dashboard/runs/{scenario['campaign']}/#step-2")
-    expect(page.locator("#step-2")).to_have_attribute("open", "")  # the payload, opened
-    expect(page.locator("#step-2 pre")).to_contain_text('"toolId": "query_crm"')
-    screenshot(page, "dashboard-trace")
-    assert page.problems == []
