@@ -26,7 +26,7 @@ trivial endpoint. The kinds:
 - trivial (again): the first kind once more, to show drift from the growing tables.
 
 With `--worker`, a second server (MCPLET_A2A_WAIT=5) and a Celery worker whose `bench-echo`
-handler (`bench.a2a_endpoint.Done`, no LLM) finishes each run at once add a row "answered":
+handler (`bench.common.Echo`, no LLM) finishes each run at once add a row "answered":
 accepted tasks that the worker runs and the server answers 200 with the response.
 
 Then, in this process (Django's test client, no HTTP), one request of each kind runs under
@@ -44,48 +44,31 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import io
 import json
 import logging
 import os
 import pstats
-import shutil
 import socket
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
+
+from bench import common
 
 PARTNER, ECHO, PRIVATE = "bench-partner", "bench-echo", "bench-private"
-HANDLER = "bench.a2a_endpoint.Done"  # importable by the worker: it runs with the repo root as cwd
+HANDLER = "bench.common.Echo"
 QUEUE_ENV = "MCPLET_BENCH_A2A_QUEUE"
 CONN_ENV = "MCPLET_BENCH_A2A_CONN_MAX_AGE"
 PROFILE_ENV = "MCPLET_BENCH_A2A_PROFILE"
 BROADCAST_ENV = "MCPLET_BENCH_A2A_BROADCAST"
 UNKNOWN_KEY = "mcpk_" + "0" * 43  # the shape of a real key; no key has this prefix
 ASGI_APP = "mcplet_host.asgi:application"
-
-
-class Done:
-    """bench-echo's handler (Agent.handler): no LLM work, it finishes the run at once."""
-
-    def __init__(self, run):
-        self.run = run
-
-    def advance(self):
-        from agents import runner
-        from agents.models import AgentRun
-
-        runner.finish(self.run, AgentRun.Status.SUCCESS, result={"done": True})
 
 
 def parse_args(argv=None):
@@ -130,21 +113,6 @@ def parse_args(argv=None):
 # --- set-up -----------------------------------------------------------------------------------
 
 
-def ensure_postgres_database(url):
-    import dj_database_url
-    import psycopg
-    from psycopg import sql
-
-    config = dj_database_url.parse(url)
-    params = {"HOST": "host", "PORT": "port", "USER": "user", "PASSWORD": "password"}
-    params = {arg: config[key] for key, arg in params.items() if config.get(key)}
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
-        query = "SELECT 1 FROM pg_database WHERE datname = %s"
-        if not conn.execute(query, (config["NAME"],)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
-            print(f"created database {config['NAME']!r}")
-
-
 def own_database(url):
     """DATABASE_URL's server with a database of this benchmark's own (`<name>_a2a`): it clears
     tables, which must not be those another benchmark is using at the same time."""
@@ -154,21 +122,13 @@ def own_database(url):
 
 
 def setup_database():
-    """Migrate, clear the agents, A2A and audit tables; the partner, its key, two agents."""
-    from django.core.management import call_command
-    from django.core.management.color import no_style
-    from django.db import connection
+    """Migrate, clear the agents (their many-to-many tables cascade), A2A and audit tables; the
+    partner, its key, two agents."""
+    agents = ("agents.AgentRun", "a2a.A2AMessage", "a2a.PartnerKey", "agents.Agent")
+    common.setup_django(flush=(*agents, "mcplet_host.AuditEvent", "mcplet_host.AuditChainHead"))
+    from a2a.models import PartnerKey
+    from agents.models import Agent
 
-    from a2a.models import A2AMessage, PartnerKey
-    from agents.models import Agent, AgentRun
-    from mcplet_host.models import AuditChainHead, AuditEvent
-
-    call_command("migrate", verbosity=0)
-    through = [field.remote_field.through for field in Agent._meta.many_to_many]
-    models = [AgentRun, A2AMessage, PartnerKey, *through, Agent, AuditEvent, AuditChainHead]
-    tables = [m._meta.db_table for m in models]
-    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True, allow_cascade=True)
-    connection.ops.execute_sql_flush(flush)
     partner = Agent.objects.create(
         agent_id=PARTNER, display_name="Bench partner", kind=Agent.Kind.EXTERNAL
     )
@@ -181,28 +141,10 @@ def setup_database():
     return raw
 
 
-def describe_database():
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        version = cursor.fetchone()[0]
-        cursor.execute("SHOW synchronous_commit")
-        version += f", synchronous_commit={cursor.fetchone()[0]}"
-    return f"PostgreSQL {version} ({connection.settings_dict['NAME']})"
-
-
 def queued_requests():
     from a2a.models import A2AMessage
 
     return A2AMessage.objects.filter(state=A2AMessage.State.QUEUED).count()
-
-
-def delete_queue(name):
-    from mcplet_host.celery import app
-
-    with app.connection_for_write() as conn, contextlib.suppress(Exception):
-        conn.default_channel.queue_delete(name)
 
 
 def delete_throttle_history():
@@ -281,32 +223,6 @@ def profile_all_threads(path):
         merged[0].dump_stats(path)
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def cpu_seconds(pid=None):
-    """CPU time (user + system) of a process so far, from /proc; NaN where there is none."""
-    try:
-        stat = Path(f"/proc/{pid or os.getpid()}/stat").read_text()
-    except OSError:
-        return float("nan")
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def stop(process):
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def log_tail(path, what):
     tail = Path(path).read_text(errors="replace")[-3000:]
     print(f"--- {what} log ({path}), last lines ---\n{tail}", file=sys.stderr)
@@ -316,11 +232,11 @@ def log_tail(path, what):
 def server(env, log_path, timeout=60):
     import httpx
 
-    port = free_port()
+    port = common.free_port()
     command = [sys.executable, str(Path(__file__).resolve()), "--daphne"]
     command += ["-b", "127.0.0.1", "-p", str(port), "-v", "0", ASGI_APP]
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -340,7 +256,7 @@ def server(env, log_path, timeout=60):
         log_tail(log_path, "server")
         raise
     finally:
-        stop(process)
+        common.stop(process)
 
 
 @contextlib.contextmanager
@@ -352,7 +268,7 @@ def celery_worker(queue, env, log_path, timeout=90):
     command += ["-c", "4", "-n", name, "-Q", queue, "--without-mingle", "--without-gossip"]
     command += ["-l", "WARNING"]
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + timeout
         while not app.control.ping(destination=[name], timeout=1):
@@ -365,7 +281,7 @@ def celery_worker(queue, env, log_path, timeout=90):
         log_tail(log_path, "worker")
         raise
     finally:
-        stop(process)
+        common.stop(process)
 
 
 # --- the requests -----------------------------------------------------------------------------
@@ -426,22 +342,19 @@ async def _load(url, spec, clients, warmup, seconds):
 
 def load(url, name, spec, args, server_pid):
     print(f"  {name}: {args.warmup:g} s warm-up, {args.seconds:g} s timed ...", flush=True)
-    cpu_client, cpu_server = time.process_time(), cpu_seconds(server_pid)
+    cpu_client, cpu_server = time.process_time(), common.cpu_seconds(server_pid)
     latencies, statuses, elapsed = asyncio.run(
         _load(url, spec, args.clients, args.warmup, args.seconds)
     )
     total = args.warmup + args.seconds
     cpu_client = (time.process_time() - cpu_client) * args.seconds / total
-    cpu_server = (cpu_seconds(server_pid) - cpu_server) * args.seconds / total
+    cpu_server = (common.cpu_seconds(server_pid) - cpu_server) * args.seconds / total
     n = len(latencies)
-    ms = sorted(x * 1000 for x in latencies) or [float("nan")]
     return {
         "expected": spec[0],
         "n": n,
         "rps": n / elapsed,
-        "median": statistics.median(ms),
-        "p95": ms[min(len(ms) - 1, int(0.95 * len(ms)))],
-        "mean": statistics.fmean(ms),
+        **common.stats([x * 1000 for x in latencies]),
         "other": {code: c for code, c in statuses.items() if code != spec[0]},
         # CPU over the whole phase (warm-up included), scaled to the timed part: approximate
         "server_cpu_ms": cpu_server / n * 1000 if n else float("nan"),
@@ -491,12 +404,8 @@ def profile_kinds(raw_key, names, n, top):
             in_process_request(client, specs[name])
         profiler.disable()
         per = (time.perf_counter() - start) / n * 1000
-        for order in ("cumulative", "tottime"):
-            out = io.StringIO()
-            stats = pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(order)
-            stats.print_stats(top)
-            print(f"\n--- cProfile, {name}, {n} in-process requests ({per:.2f} ms each under")
-            print(f"the profiler), by {order} ---\n{out.getvalue().strip()}")
+        title = f"cProfile, {name}, {n} in-process requests ({per:.2f} ms each under the profiler)"
+        common.print_profile(profiler, title, top)
 
 
 def profile_servers(specs, names, args, env, workdir):
@@ -513,15 +422,11 @@ def profile_servers(specs, names, args, env, workdir):
         if not path.exists():
             print(f"\n(no profile of the {name} server: it did not exit cleanly)")
             continue
-        for order in ("tottime", "cumulative"):
-            out = io.StringIO()
-            stats = pstats.Stats(str(path), stream=out).strip_dirs().sort_stats(order)
-            stats.print_stats(args.top)
-            print(
-                f"\n--- cProfile of the server, {name}: {result['rps']:.1f} req/s under the "
-                f"profiler, all threads (warm-up and start-up included), by {order} ---\n"
-                f"{out.getvalue().strip()}"
-            )
+        title = (
+            f"cProfile of the server, {name}: {result['rps']:.1f} req/s under the profiler, "
+            "all threads (warm-up and start-up included)"
+        )
+        common.print_profile(str(path), title, args.top, ("tottime", "cumulative"))
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -590,22 +495,15 @@ def print_queries(captured):
 # --- main -------------------------------------------------------------------------------------
 
 
-def refuse(message):
-    print(f"bench/a2a_endpoint.py: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--daphne"]:
         return daphne_main(argv[1:])
     args = parse_args(argv)
-    # Run as a script this module is __main__; the handler path names it bench.a2a_endpoint.
-    sys.modules.setdefault("bench.a2a_endpoint", sys.modules[__name__])
     if not os.environ.get("REDIS_URL"):
-        refuse("REDIS_URL is not set (e.g. REDIS_URL=redis://127.0.0.1:6379/0).")
+        common.refuse("REDIS_URL is not set (e.g. REDIS_URL=redis://127.0.0.1:6379/0).")
     if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
-        refuse(
+        common.refuse(
             "DATABASE_URL must name a throwaway PostgreSQL database (it is cleared), e.g. "
             "DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench."
         )
@@ -621,66 +519,58 @@ def main(argv=None):
         }
     )
     os.environ["DATABASE_URL"] = own_database(os.environ["DATABASE_URL"])
-    ensure_postgres_database(os.environ["DATABASE_URL"])
-
-    import django
-
-    django.setup()
-    from mcplet_host.celery import app
-
-    app.conf.task_default_queue = queue  # the in-process requests publish there too
-    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-a2a-"))
-    try:
+    with common.scratch("mcplet-bench-a2a-", keep=args.keep) as workdir:
         raw_key = setup_database()
-        delete_throttle_history()
-        print(f"database: {describe_database()}")
-        print(
-            f"server: daphne, one process, {ASGI_APP}; broker and cache: Redis, private queue "
-            f"{queue!r}; MCPLET_PARTNER_RATE={args.rate}; CONN_MAX_AGE={args.conn_max_age}; "
-            f"dashboard audit broadcast {'off' if args.without_broadcast else 'on'}; "
-            f"{os.cpu_count()} CPUs; load average {load_average()}"
-        )
-        specs, results = kinds(raw_key), {}
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with server(env, workdir / "server.log") as (url, process):
-            print(f"server up at {url} (MCPLET_A2A_WAIT=0, no worker)", flush=True)
-            for name in ("trivial", "refused", "forbidden", "accepted", "trivial"):
-                label = name if name not in results else f"{name} (again)"
-                results[label] = load(url, name, specs[name], args, process.pid)
-        if args.worker:
-            env = {**env, "MCPLET_A2A_WAIT": "5"}
-            with (
-                celery_worker(queue, env, workdir / "worker.log"),
-                server(env, workdir / "server2.log") as (url, process),
-            ):
-                print(f"server up at {url} (MCPLET_A2A_WAIT=5, a worker)", flush=True)
-                results["answered"] = load(url, "answered", specs["answered"], args, process.pid)
-        queued = queued_requests()
-        print_results(results, args.clients)
-        if any(code >= 500 for r in results.values() for code in r["other"]):
-            print_server_errors(workdir)
-        print(f"\n  (task requests left queued, never delivered: {queued})")
-        names = ["trivial", "refused", "forbidden", "accepted"]
-        logging.disable(logging.WARNING)  # django.request's lines for the expected 4xx
-        print_queries(queries_per_kind(raw_key, names))
-        if args.profile:
-            profile_kinds(raw_key, names, args.requests, args.top)
-        if args.server_profile:
-            logging.disable(logging.NOTSET)
-            profile_servers(specs, names, args, {**os.environ, "PYTHONUNBUFFERED": "1"}, workdir)
-    finally:
-        with contextlib.suppress(Exception):
-            delete_queue(queue)
-        with contextlib.suppress(Exception):
-            delete_throttle_history()
-        with contextlib.suppress(Exception):
-            from django.db import connections
+        from mcplet_host.celery import app
 
-            connections.close_all()
-        if args.keep:
-            print(f"logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        app.conf.task_default_queue = queue  # the in-process requests publish there too
+        try:
+            run(args, raw_key, queue, workdir)
+        finally:
+            with contextlib.suppress(Exception):
+                common.delete_queues(queue)
+            with contextlib.suppress(Exception):
+                delete_throttle_history()
+
+
+def run(args, raw_key, queue, workdir):
+    """Load the server with each kind of request, then list each kind's SQL; print it all."""
+    delete_throttle_history()
+    print(f"database: {common.describe_database()}")
+    print(
+        f"server: daphne, one process, {ASGI_APP}; broker and cache: Redis, private queue "
+        f"{queue!r}; MCPLET_PARTNER_RATE={args.rate}; CONN_MAX_AGE={args.conn_max_age}; "
+        f"dashboard audit broadcast {'off' if args.without_broadcast else 'on'}; "
+        f"{os.cpu_count()} CPUs; load average {load_average()}"
+    )
+    specs, results = kinds(raw_key), {}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with server(env, workdir / "server.log") as (url, process):
+        print(f"server up at {url} (MCPLET_A2A_WAIT=0, no worker)", flush=True)
+        for name in ("trivial", "refused", "forbidden", "accepted", "trivial"):
+            label = name if name not in results else f"{name} (again)"
+            results[label] = load(url, name, specs[name], args, process.pid)
+    if args.worker:
+        env = {**env, "MCPLET_A2A_WAIT": "5"}
+        with (
+            celery_worker(queue, env, workdir / "worker.log"),
+            server(env, workdir / "server2.log") as (url, process),
+        ):
+            print(f"server up at {url} (MCPLET_A2A_WAIT=5, a worker)", flush=True)
+            results["answered"] = load(url, "answered", specs["answered"], args, process.pid)
+    queued = queued_requests()
+    print_results(results, args.clients)
+    if any(code >= 500 for r in results.values() for code in r["other"]):
+        print_server_errors(workdir)
+    print(f"\n  (task requests left queued, never delivered: {queued})")
+    names = ["trivial", "refused", "forbidden", "accepted"]
+    logging.disable(logging.WARNING)  # django.request's lines for the expected 4xx
+    print_queries(queries_per_kind(raw_key, names))
+    if args.profile:
+        profile_kinds(raw_key, names, args.requests, args.top)
+    if args.server_profile:
+        logging.disable(logging.NOTSET)
+        profile_servers(specs, names, args, {**os.environ, "PYTHONUNBUFFERED": "1"}, workdir)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ overhead of signing and persistence.
 A bus round trip is `a2a.bus.send_task("bench-sender", "bench-echo", {"i": i})` from this
 process (validate, sign, persist, and after the commit queue `agents.deliver`); a real Celery
 worker subprocess delivers it (checks the signature, the sender and the recipient, starts an
-AgentRun) and the recipient's handler, `bench.bus.Echo`, does no LLM work: it finishes the run
+AgentRun) and the recipient's handler, `bench.common.Echo`, does no LLM work: it finishes the run
 at once, which persists the one task response and its audit event. The round trip ends when
 this process learns that the response is committed: by default the worker (and only the
 bench's worker, which imports this module) pushes the request's id to a Redis list from a
@@ -42,14 +42,10 @@ import argparse
 import contextlib
 import cProfile
 import functools
-import io
 import os
-import pstats
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -57,28 +53,13 @@ from unittest import mock
 
 from celery import shared_task
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
+
+from bench import common
 
 SENDER = "bench-sender"
 ECHO = "bench-echo"
-HANDLER = "bench.bus.Echo"  # importable by the worker: it runs with the repo root as cwd
-
-
-class Echo:
-    """bench-echo's handler (Agent.handler): no LLM work, it answers its parameters at once."""
-
-    def __init__(self, run):
-        self.run = run
-
-    def advance(self):
-        from agents import runner
-        from agents.models import AgentRun
-
-        runner.finish(self.run, AgentRun.Status.SUCCESS, result={"echo": self.run.parameters})
-
-
+HANDLER = "bench.common.Echo"
 NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
 
 
@@ -138,81 +119,21 @@ def parse_args(argv=None):
 # --- database ---------------------------------------------------------------------------------
 
 
-def ensure_postgres_database(url):
-    import dj_database_url
-    import psycopg
-    from psycopg import sql
-
-    config = dj_database_url.parse(url)
-    params = {"HOST": "host", "PORT": "port", "USER": "user", "PASSWORD": "password"}
-    params = {arg: config[key] for key, arg in params.items() if config.get(key)}
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
-        query = "SELECT 1 FROM pg_database WHERE datname = %s"
-        if not conn.execute(query, (config["NAME"],)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
-            print(f"created database {config['NAME']!r}")
-
-
 def setup_database():
-    """Migrate, clear the agents and A2A tables, create the two agents."""
-    from django.core.management import call_command
-    from django.core.management.color import no_style
-    from django.db import connection
+    """Migrate, clear the agents and A2A tables (the agents' grants and targets cascade),
+    create the two agents."""
+    common.setup_django(
+        flush=("agents.AgentRun", "a2a.A2AMessage", "a2a.PartnerKey", "agents.Agent")
+    )
+    from agents.models import Agent
 
-    from a2a.models import A2AMessage, PartnerKey
-    from agents.models import Agent, AgentRun
-
-    call_command("migrate", verbosity=0)
-    models = [
-        AgentRun,
-        A2AMessage,
-        PartnerKey,
-        Agent.accessible_pools.through,
-        Agent.targets.through,
-        Agent,
-    ]
-    tables = [m._meta.db_table for m in models]
-    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True, allow_cascade=True)
-    connection.ops.execute_sql_flush(flush)
     Agent.objects.create(agent_id=SENDER, display_name="Bench sender", kind=Agent.Kind.INTERNAL)
     Agent.objects.create(
         agent_id=ECHO, display_name="Bench echo", kind=Agent.Kind.INTERNAL, handler=HANDLER
     )
 
 
-def describe_database():
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SHOW server_version")
-            version = cursor.fetchone()[0]
-            cursor.execute("SHOW synchronous_commit")
-            version += f", synchronous_commit={cursor.fetchone()[0]}"
-            cursor.execute("SHOW fsync")
-            version += f", fsync={cursor.fetchone()[0]}"
-        elif connection.vendor == "sqlite":
-            cursor.execute("SELECT sqlite_version()")
-            version = cursor.fetchone()[0]
-        else:
-            version = "?"
-    return f"{connection.display_name} {version} ({connection.settings_dict['NAME']})"
-
-
-# --- statistics and waiting -------------------------------------------------------------------
-
-
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
-
-
-def stats(seconds):
-    return {
-        "median": statistics.median(seconds),
-        "p95": percentile(seconds, 95),
-        "mean": statistics.fmean(seconds),
-    }
+# --- waiting ----------------------------------------------------------------------------------
 
 
 def wait_for(predicate, what, worker, timeout, poll):
@@ -240,7 +161,7 @@ def celery_worker(queue, concurrency, log_path, notify_key):
     command += ["--include", "bench.bus", "--without-mingle", "--without-gossip", "-l", "WARNING"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key}
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     try:
         wait_ready(process)
         yield process
@@ -249,13 +170,7 @@ def celery_worker(queue, concurrency, log_path, notify_key):
         print(f"--- worker log ({log_path}), last lines ---\n{tail}", file=sys.stderr)
         raise
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        common.stop(process)
 
 
 def wait_ready(process, timeout=90):
@@ -306,27 +221,7 @@ def flush_hint():
     )
 
 
-def delete_queues(*names):
-    """Remove the queues' lists and bindings from Redis (kombu's queue_delete only forgets the
-    bindings its own channel declared)."""
-    client = _redis()
-    for name in names:
-        keys = [name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}"]
-        keys += list(client.scan_iter(match=f"{name}\x06\x16*"))  # kombu's priority lists
-        client.delete(*keys)
-
-
 # --- round trips ------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid=None):
-    """CPU time (user + system) of a process so far, from /proc; NaN where there is none."""
-    try:
-        stat = Path(f"/proc/{pid or os.getpid()}/stat").read_text()
-    except OSError:
-        return float("nan")
-    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def database_sessions():
@@ -382,11 +277,15 @@ class Rig:
         """Adds to `result` the wall time, the CPU time of this process and of the worker, and
         how many database sessions were opened meanwhile."""
         sessions = database_sessions()
-        wall, mine, theirs = time.perf_counter(), time.process_time(), cpu_seconds(self.worker.pid)
+        wall, mine, theirs = (
+            time.perf_counter(),
+            time.process_time(),
+            common.cpu_seconds(self.worker.pid),
+        )
         yield result
         result["total"] = time.perf_counter() - wall
         result["bench_cpu"] = time.process_time() - mine
-        result["worker_cpu"] = cpu_seconds(self.worker.pid) - theirs
+        result["worker_cpu"] = common.cpu_seconds(self.worker.pid) - theirs
         result["sessions"] = database_sessions() - sessions
 
 
@@ -505,19 +404,8 @@ class Breakdown:
     """Wraps functions so their time inside each delivered message is summed per label."""
 
     def __init__(self):
-        self.current = defaultdict(float)
+        self.watches = defaultdict(common.Stopwatch)
         self.per_message = defaultdict(list)
-
-    def wrap(self, label, func):
-        @functools.wraps(func)
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return func(*args, **kwargs)
-            finally:
-                self.current[label] += time.perf_counter() - start
-
-        return timed
 
     def patches(self):
         from a2a import bus
@@ -538,16 +426,15 @@ class Breakdown:
         ]
         stack = contextlib.ExitStack()
         for label, owner, name in targets:
-            stack.enter_context(
-                mock.patch.object(owner, name, self.wrap(label, getattr(owner, name)))
-            )
+            timed = self.watches[label].wrap(getattr(owner, name))
+            stack.enter_context(mock.patch.object(owner, name, timed))
         return stack
 
     def end_message(self, total):
-        self.current["deliver"] = total
-        for label, seconds in self.current.items():
-            self.per_message[label].append(seconds)
-        self.current = defaultdict(float)
+        self.per_message["deliver"].append(total)
+        for label, watch in self.watches.items():
+            self.per_message[label].append(watch.seconds)
+            watch.reset()
 
 
 def lookup_agent(agent_id):
@@ -601,7 +488,7 @@ def host_pieces(n, sink, profile=False):
         timed_loop(min(count, 20), func)  # warm-up
         cpu = time.process_time()
         times = timed_loop(count, func)
-        rows.append((label, {**stats(times), "cpu": (time.process_time() - cpu) / count}))
+        rows.append((label, {**common.stats(times), "cpu": (time.process_time() - cpu) / count}))
 
     cpu = max(n, 1000)
     piece("schema validation of a task_request", lambda i: validate("task-request", request), cpu)
@@ -661,7 +548,7 @@ def host_pieces(n, sink, profile=False):
             [str(sent[i].message_id), sent[i].signature], queue=sink
         ),
     )
-    delete_queues(sink)
+    common.delete_queues(sink)
 
     # The worker side, in process: what agents.deliver does for one message, minus the broker.
     warm, runs = min(20, n), n + 1 + (n if profile else 0)
@@ -683,7 +570,7 @@ def host_pieces(n, sink, profile=False):
             breakdown.end_message(time.perf_counter() - start)
     label = "agents.deliver in process (worker side, no broker)"
     cpu = (time.process_time() - cpu) / n
-    rows.append((label, {**stats(breakdown.per_message["deliver"]), "cpu": cpu}))
+    rows.append((label, {**common.stats(breakdown.per_message["deliver"]), "cpu": cpu}))
     with CaptureQueriesContext(connection) as deliver_queries:
         deliver_one()
     profiler = None
@@ -765,8 +652,8 @@ def print_pieces(rows, queries, breakdown):
 
 def print_round_trips(n, results, wait):
     base_seq, bus_seq = (
-        stats(results["celery_seq"]["latencies"]),
-        stats(results["bus_seq"]["latencies"]),
+        common.stats(results["celery_seq"]["latencies"]),
+        common.stats(results["bus_seq"]["latencies"]),
     )
     base_burst, bus_burst = results["celery_burst"], results["bus_burst"]
     base_rate, bus_rate = n / base_burst["total"], n / bus_burst["total"]
@@ -827,104 +714,83 @@ def print_round_trips(n, results, wait):
         print(f"   {'stage':<82} {'median':>8} {'p95':>8}")
         for name, text in STAGES:
             if stages.get(name):
-                st = stats(stages[name])
+                st = common.stats(stages[name])
                 print(f"   {text:<82} {ms(st['median'])} {ms(st['p95'])}")
-
-
-def print_profile(profiler, top):
-    for sort in ("cumulative", "tottime"):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(sort).print_stats(top)
-        title = f"cProfile (CPU time), agents.deliver in process, by {sort}"
-        print(f"\n--- {title} ---\n{out.getvalue().strip()}")
 
 
 # --- main -------------------------------------------------------------------------------------
 
 
-def refuse(message):
-    print(f"bench/bus.py: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv=None):
     args = parse_args(argv)
-    # Run as a script this module is __main__; the handler path names it bench.bus: one module.
-    sys.modules.setdefault("bench.bus", sys.modules[__name__])
     if not os.environ.get("REDIS_URL"):
-        refuse(
+        common.refuse(
             "REDIS_URL is not set. This benchmark measures the real broker and a worker "
             "subprocess; without REDIS_URL the host runs embedded (in-memory broker, no worker). "
             "Set e.g. REDIS_URL=redis://127.0.0.1:6379/0."
         )
     if not os.environ.get("DATABASE_URL"):
-        refuse(
+        common.refuse(
             "DATABASE_URL is not set. The worker subprocess must share the database, and this "
             "benchmark clears the agents and A2A tables: point it at a throwaway database, e.g. "
             "DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench."
         )
     if args.messages < 1:
-        refuse("--messages must be at least 1")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
-    if os.environ["DATABASE_URL"].startswith(("postgres://", "postgresql://")):
-        ensure_postgres_database(os.environ["DATABASE_URL"])
-
-    import django
-
-    django.setup()
-    from mcplet_host.celery import app
-
+        common.refuse("--messages must be at least 1")
     # A private queue: another worker on the same Redis (a test run) cannot take these tasks.
     queue = f"bench-bus-{os.getpid()}"
     sink = f"{queue}-sink"
-    app.conf.task_default_queue = queue
-    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-bus-"))
-    n = args.messages
-    try:
+    with common.scratch("mcplet-bench-bus-") as workdir:
         setup_database()
-        print(f"database: {describe_database()}")
-        print(
-            f"broker: {app.conf.broker_url.split('@')[-1]}, private queue {queue!r}; worker: "
-            f"-P threads -c {args.concurrency}; {os.cpu_count()} CPUs, load average "
-            f"{os.getloadavg()[0]:.2f}; {n} messages per run"
-        )
-        plant_sentinel(f"{queue}:sentinel")
-        print("timing the host-side pieces in process ...", flush=True)
-        pieces = host_pieces(n, sink, profile=args.profile)
-        results = {"poll_ms": args.poll_ms}
-        key = f"{queue}:responses"
-        print("starting the worker ...", flush=True)
-        with celery_worker(queue, args.concurrency, workdir / "worker.log", key) as worker:
-            rig = Rig(worker, key, args.wait, args.poll_ms / 1000)
-            celery_sequential(rig, args.warmup)
-            bus_sequential(rig, args.warmup, offset=-args.warmup)
-            print("Celery baseline: sequential, burst ...", flush=True)
-            results["celery_seq"] = celery_sequential(rig, n)
-            results["celery_burst"] = celery_burst(rig, n)
-            print("A2A bus: sequential, burst ...", flush=True)
-            results["bus_seq"] = bus_sequential(rig, n)
-            results["bus_burst"] = bus_burst(rig, n, offset=n)
-        for phase in ("bus_seq", "bus_burst"):
-            check_responses(results[phase]["ids"], phase)
-        results["stages_seq"] = server_stages(results["bus_seq"]["ids"])
-        results["stages_burst"] = server_stages(results["bus_burst"]["ids"])
-        print_pieces(*pieces[:3])
-        print_round_trips(n, results, args.wait)
-        print(f"\nload average (1 min) at the end: {os.getloadavg()[0]:.2f}")
-        if flush_hint():
-            print(f"\nWARNING: the figures may be wrong{flush_hint()}.", file=sys.stderr)
-        if pieces[3] is not None:
-            print_profile(pieces[3], args.top)
-    finally:
-        with contextlib.suppress(Exception):
-            delete_queues(queue, sink)
-        with contextlib.suppress(Exception):
-            _redis().delete(f"{queue}:responses", f"{queue}:sentinel")
-        with contextlib.suppress(Exception):
-            from django.db import connections
+        from mcplet_host.celery import app
 
-            connections.close_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+        app.conf.task_default_queue = queue
+        try:
+            run(args, app, queue, sink, workdir)
+        finally:
+            with contextlib.suppress(Exception):
+                common.delete_queues(queue, sink)
+            with contextlib.suppress(Exception):
+                _redis().delete(f"{queue}:responses", f"{queue}:sentinel")
+
+
+def run(args, app, queue, sink, workdir):
+    """Time the host-side pieces, then the round trips through a worker; print the figures."""
+    n = args.messages
+    print(f"database: {common.describe_database()}")
+    print(
+        f"broker: {app.conf.broker_url.split('@')[-1]}, private queue {queue!r}; worker: "
+        f"-P threads -c {args.concurrency}; {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f}; {n} messages per run"
+    )
+    plant_sentinel(f"{queue}:sentinel")
+    print("timing the host-side pieces in process ...", flush=True)
+    pieces = host_pieces(n, sink, profile=args.profile)
+    results = {"poll_ms": args.poll_ms}
+    key = f"{queue}:responses"
+    print("starting the worker ...", flush=True)
+    with celery_worker(queue, args.concurrency, workdir / "worker.log", key) as worker:
+        rig = Rig(worker, key, args.wait, args.poll_ms / 1000)
+        celery_sequential(rig, args.warmup)
+        bus_sequential(rig, args.warmup, offset=-args.warmup)
+        print("Celery baseline: sequential, burst ...", flush=True)
+        results["celery_seq"] = celery_sequential(rig, n)
+        results["celery_burst"] = celery_burst(rig, n)
+        print("A2A bus: sequential, burst ...", flush=True)
+        results["bus_seq"] = bus_sequential(rig, n)
+        results["bus_burst"] = bus_burst(rig, n, offset=n)
+    for phase in ("bus_seq", "bus_burst"):
+        check_responses(results[phase]["ids"], phase)
+    results["stages_seq"] = server_stages(results["bus_seq"]["ids"])
+    results["stages_burst"] = server_stages(results["bus_burst"]["ids"])
+    print_pieces(*pieces[:3])
+    print_round_trips(n, results, args.wait)
+    print(f"\nload average (1 min) at the end: {os.getloadavg()[0]:.2f}")
+    if flush_hint():
+        print(f"\nWARNING: the figures may be wrong{flush_hint()}.", file=sys.stderr)
+    if pieces[3] is not None:
+        title = "cProfile (CPU time), agents.deliver in process"
+        common.print_profile(pieces[3], title, args.top)
 
 
 if __name__ == "__main__":

@@ -26,26 +26,29 @@ tables are flushed between measurements. `--profile` then discovers once more un
 import argparse
 import contextlib
 import cProfile
-import io
-import logging
-import os
-import pstats
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
+
+from bench import common
 
 POOLS = ["media-pool", "crm-pool", "billing-pool"]
 DEFAULT_SIZES = (100, 1000, 5000)
 STRICT_PASSKEY = {"required": "passkey", "enforcement": "strict"}
+# What a measurement starts from empty on PostgreSQL: the registry and the audit trail.
+TABLES = (
+    "pools.Mcplet",
+    "pools.McpServer",
+    "pools.Pool",
+    "mcplet_host.AuditEvent",
+    "mcplet_host.AuditChainHead",
+)
 
 
 def parse_args(argv=None):
@@ -77,40 +80,14 @@ def parse_args(argv=None):
 # --- database ---------------------------------------------------------------------------------
 
 
-def ensure_postgres_database(url):
-    """CREATE DATABASE for `url` if it does not exist (through the `postgres` database)."""
-    import dj_database_url
-    import psycopg
-    from psycopg import sql
-
-    config = dj_database_url.parse(url)
-    params = {
-        "dbname": "postgres",
-        "host": config.get("HOST") or None,
-        "port": config.get("PORT") or None,
-        "user": config.get("USER") or None,
-        "password": config.get("PASSWORD") or None,
-    }
-    params = {k: v for k, v in params.items() if v is not None}
-    with psycopg.connect(**params, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (config["NAME"],)
-        ).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
-            print(f"created database {config['NAME']!r}")
-
-
 class Database:
-    """The benchmark's database: a fresh SQLite copy, or a flushed PostgreSQL, per measurement."""
+    """The benchmark's (migrated) database: a fresh SQLite copy, or a flushed PostgreSQL, per
+    measurement."""
 
     def __init__(self, workdir):
-        from django.core.management import call_command
         from django.db import connection
 
-        self.connection = connection
         self.vendor = connection.vendor
-        call_command("migrate", verbosity=0)
         self.template = None
         if self.vendor == "sqlite":
             # Migrating once and copying the file is quicker than migrating per measurement.
@@ -120,44 +97,24 @@ class Database:
             self.workdir = workdir
 
     def describe(self):
-        from django.db import connection
-
-        with connection.cursor() as cursor:
-            if self.vendor == "postgresql":
-                cursor.execute("SHOW server_version")
-                version = cursor.fetchone()[0]
-            elif self.vendor == "sqlite":
-                cursor.execute("SELECT sqlite_version()")
-                version = cursor.fetchone()[0]
-            else:
-                version = "?"
-        where = connection.settings_dict["NAME"]
-        if self.template is not None:
-            where = f"throwaway files in {self.workdir}, a fresh copy per measurement"
-        engine = connection.settings_dict["ENGINE"]
-        return f"{connection.display_name} {version} ({engine}, {where})"
+        if self.template is None:
+            return common.describe_database()
+        return common.describe_database(
+            f"throwaway files in {self.workdir}, a fresh copy per measurement"
+        )
 
     def reset(self, label):
         from django.conf import settings
-        from django.core.management.color import no_style
         from django.db import connections
 
-        from mcplet_host.models import AuditChainHead, AuditEvent
-        from pools.models import Mcplet, McpServer, Pool
-
-        if self.template is not None:
-            connections.close_all()
-            fresh = self.workdir / f"bench-{label}.sqlite3"
-            shutil.copyfile(self.template, fresh)
-            settings.DATABASES["default"]["NAME"] = str(fresh)
-            connections["default"].settings_dict["NAME"] = str(fresh)
+        if self.template is None:
+            common.flush_tables(TABLES)
             return
-        models = [Mcplet, McpServer, Pool, AuditEvent, AuditChainHead]
-        tables = [m._meta.db_table for m in models]
-        statements = self.connection.ops.sql_flush(
-            no_style(), tables, reset_sequences=True, allow_cascade=True
-        )
-        self.connection.ops.execute_sql_flush(statements)
+        connections.close_all()
+        fresh = self.workdir / f"bench-{label}.sqlite3"
+        shutil.copyfile(self.template, fresh)
+        settings.DATABASES["default"]["NAME"] = str(fresh)
+        connections["default"].settings_dict["NAME"] = str(fresh)
 
 
 # --- specs and servers ------------------------------------------------------------------------
@@ -219,27 +176,13 @@ def start_servers(stack, specdir, specs, page_size):
 # --- timing -----------------------------------------------------------------------------------
 
 
-class Timed:
-    """Wraps `apply_snapshot` so the database half of each discovery is timed too."""
-
-    def __init__(self, func):
-        self.func, self.seconds = func, 0.0
-
-    def __call__(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return self.func(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
 def discover_all(servers, profiler=None):
     """Discover every server in turn; returns (seconds, seconds in apply_snapshot, reports)."""
     from pools import discovery
 
-    timed = Timed(discovery.apply_snapshot)
-    reports = []
-    with mock.patch.object(discovery, "apply_snapshot", timed):
+    # `apply_snapshot` timed too: the database half of each discovery.
+    timed, reports = common.Stopwatch(), []
+    with mock.patch.object(discovery, "apply_snapshot", timed.wrap(discovery.apply_snapshot)):
         if profiler:
             profiler.enable()
         start = time.perf_counter()
@@ -349,31 +292,10 @@ def print_results(rows):
         print(f"  {label:<16} {', '.join(steps)}; fixed cost per round ≈ {fixed * 1000:.0f} ms")
 
 
-def print_profile(profilers, size, top):
-    for profiler, phase in zip(profilers, ("first discovery", "rediscovery"), strict=True):
-        for sort in ("cumulative", "tottime"):
-            out = io.StringIO()
-            pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(sort).print_stats(top)
-            text = out.getvalue().strip("\n")
-            print(f"\n--- cProfile, {size} tools, {phase}, by {sort} ---\n{text}")
-
-
 def main(argv=None):
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-"))
-    try:
-        os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
-        if os.environ["DATABASE_URL"].startswith(("postgres://", "postgresql://")):
-            ensure_postgres_database(os.environ["DATABASE_URL"])
-
-        import django
-
-        django.setup()
-        # One INFO line per HTTP request and per MCP session would drown the table.
-        for name in ("httpx2", "mcp"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-
+    with common.scratch("mcplet-bench-") as workdir:
+        common.setup_django(workdir)
         db = Database(workdir)
         specdir = workdir / "specs"
         specdir.mkdir()
@@ -388,13 +310,8 @@ def main(argv=None):
             profilers = profilers or profiled
         print_results(rows)
         if profilers:
-            print_profile(profilers, profile_size, args.top)
-    finally:
-        with contextlib.suppress(Exception):
-            from django.db import connections
-
-            connections.close_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+            for profiler, phase in zip(profilers, ("first discovery", "rediscovery"), strict=True):
+                common.print_profile(profiler, f"cProfile, {profile_size} tools, {phase}", args.top)
 
 
 if __name__ == "__main__":

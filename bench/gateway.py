@@ -23,22 +23,15 @@ created if missing); the tables used are flushed at the start. Nothing is assert
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
-import io
-import logging
-import os
-import pstats
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
+
+from bench import common
 
 FILTER = {"type": "object", "properties": {"filter": {"type": "string"}}, "required": ["filter"]}
 TOOL = {
@@ -64,62 +57,32 @@ def parse_args(argv=None):
 # --- database ---------------------------------------------------------------------------------
 
 
-def ensure_postgres_database(url):
-    import dj_database_url
-    import psycopg
-    from psycopg import sql
-
-    config = dj_database_url.parse(url)
-    params = {"HOST": "host", "PORT": "port", "USER": "user", "PASSWORD": "password"}
-    params = {arg: config[key] for key, arg in params.items() if config.get(key)}
-    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
-        query = "SELECT 1 FROM pg_database WHERE datname = %s"
-        if not conn.execute(query, (config["NAME"],)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(config["NAME"])))
+# The registry, the agents (their grants cascade), held calls and the audit trail.
+TABLES = (
+    "passkey.Ceremony",
+    "pools.Mcplet",
+    "pools.McpServer",
+    "agents.Agent",
+    "pools.Pool",
+    "mcplet_host.AuditEvent",
+    "mcplet_host.AuditChainHead",
+)
 
 
 def setup_database(workdir):
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
-    url = os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir / 'bench.sqlite3'}")
-    if url.startswith(("postgres://", "postgresql://")):
-        ensure_postgres_database(url)
-
-    import django
-
-    django.setup()
-    for name in ("httpx", "httpx2", "mcp"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
     from django.conf import settings
-    from django.core.management import call_command
-    from django.core.management.color import no_style
-    from django.db import connection
 
-    from agents.models import Agent
-    from mcplet_host.models import AuditChainHead, AuditEvent
-    from passkey.models import Ceremony
-    from pools.models import Mcplet, McpServer, Pool
-
-    call_command("migrate", verbosity=0)
-    models = [Ceremony, Mcplet, McpServer, Agent.accessible_pools.through, Agent, Pool]
-    tables = [m._meta.db_table for m in [*models, AuditEvent, AuditChainHead]]
-    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True, allow_cascade=True)
-    connection.ops.execute_sql_flush(flush)
+    common.setup_django(workdir, flush=TABLES)
     cache = settings.CACHES["default"]["BACKEND"].rsplit(".", 1)[-1]
-    print(f"database: {connection.vendor} {connection.settings_dict['NAME']}; cache: {cache}")
+    print(f"database: {common.describe_database()}; cache: {cache}")
 
 
 # --- figures ----------------------------------------------------------------------------------
 
 
-def stats(seconds):
-    ms = [s * 1000 for s in seconds]
-    return {
-        "median": statistics.median(ms),
-        "p95": statistics.quantiles(ms, n=20)[18] if len(ms) > 1 else ms[0],
-        "mean": statistics.fmean(ms),
-        "rate": len(ms) / sum(seconds),
-    }
+def ms_stats(seconds):
+    figures = {key: value * 1000 for key, value in common.stats(seconds).items()}
+    return {**figures, "rate": len(seconds) / sum(seconds)}
 
 
 def show(label, f):
@@ -230,11 +193,11 @@ def part1(workdir, args):
             return gateway.call_tool(agent, "query_crm", ARGS, "model", "bench")
 
         try:
-            direct = stats(asyncio.run(direct_calls(url, args.calls)))
+            direct = ms_stats(asyncio.run(direct_calls(url, args.calls)))
             outcomes = [call() for _ in range(WARMUP)]
             if any(o.status != "executed" or o.is_error for o in outcomes):
                 print(f"  WARNING: the gateway answered {outcomes[-1].envelope}", file=sys.stderr)
-            via = stats(timed(call, args.calls))
+            via = ms_stats(timed(call, args.calls))
             show("direct", direct)
             show("gateway", via)
             ratio = via["median"] / direct["median"]
@@ -255,11 +218,9 @@ def profile(call, count, top):
     for _ in range(count):
         call()
     profiler.disable()
-    for sort in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(sort).print_stats(top)
-        print(f"\n--- cProfile, {count} gateway calls, by {sort} ---")
-        print(out.getvalue().strip("\n"))
+    common.print_profile(
+        profiler, f"cProfile, {count} gateway calls", top, ("tottime", "cumulative")
+    )
 
 
 # --- part 2: the LLM tool list ----------------------------------------------------------------
@@ -340,17 +301,10 @@ def part2(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="mcplet-bench-gateway-"))
-    try:
+    with common.scratch("mcplet-bench-gateway-") as workdir:
         setup_database(workdir)
         part1(workdir, args)
         part2(args)
-    finally:
-        with contextlib.suppress(Exception):
-            from django.db import connections
-
-            connections.close_all()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

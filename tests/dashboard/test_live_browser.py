@@ -3,12 +3,17 @@
 pytest-django's live_server is WSGI only, hence the processes. (Every page live with the
 reference scenario's data: tests/e2e/test_reference_browser.py.)"""
 
+import copy
 import os
+import uuid
 
 import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent
+from mcplet_host import audit
+from mcplet_host.models import AuditEvent
+from tests.browser import outside_the_browser_loop
 from tests.dashboard.conftest import sign_in
 from tests.processes import celery_worker, daphne
 
@@ -144,3 +149,39 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
     expect(audit).to_contain_text("dashboard.cancel_run")
     assert watcher.evaluate("window.notReloaded") is True
     context.close()
+
+
+def test_a_trace_redraws_itself_as_its_steps_arrive(page, asgi_host, staff, settings):
+    """The sequence diagram is drawn by the server: the page fetches itself again and swaps the
+    diagram and the steps in place, keeping the payloads the operator opened."""
+    layers = copy.deepcopy(settings.CHANNEL_LAYERS)  # publish where this daphne listens
+    layers["default"]["CONFIG"]["prefix"] = f"mcplet:channels:{NAMESPACE}"
+    settings.CHANNEL_LAYERS = layers
+    trace = str(uuid.uuid4())
+
+    def tool_call(tool):
+        with outside_the_browser_loop():  # the live event goes out through async_to_sync
+            audit.record(
+                AuditEvent.EventType.TOOL_EXECUTED,
+                actor_type=audit.ActorType.AGENT,
+                actor_id="info-gathering-agent",
+                target_server="restaurant-crm",
+                target_tool=tool,
+                result=audit.SUCCESS,
+                trace_id=trace,
+                details={"duration_ms": 12.5},
+            )
+
+    tool_call("query_crm")
+    sign_in(page, asgi_host)
+    page.goto(f"{asgi_host}/dashboard/runs/{trace}/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.evaluate("window.notReloaded = true")
+    page.locator("#step-1 summary").click()  # the operator reads the first payload
+
+    tool_call("query_erp")
+    expect(page.locator("svg.sequence")).to_contain_text("query_erp")
+    expect(page.locator("#step-2")).to_contain_text("query_erp")
+    expect(page.locator("#step-1")).to_have_attribute("open", "")
+    assert page.evaluate("window.notReloaded") is True
+    assert page.problems == []

@@ -126,9 +126,37 @@
         fill(findRow(body, e.seq), data);
       }
       if (document.querySelector('[data-live-notice="audit"]')) showNotice("New events arrived.");
-      if (trace && e.trace_id === trace) showNotice("New steps arrived in this trace.");
+      if (trace && e.trace_id === trace) redrawTrace();
       if (e.event_type.startsWith(CYCLE)) onCycle(e);
     }
+  }
+
+  // The trace page is drawn by the server: fetch it again and swap its body, keeping the
+  // payloads the operator opened. Events come in bursts, so wait for the burst to end.
+  let redrawTimer = null;
+  function redrawTrace() {
+    clearTimeout(redrawTimer);
+    redrawTimer = setTimeout(async () => {
+      const current = document.querySelector("[data-trace-body]");
+      let fresh = null;
+      try {
+        const response = await fetch(location.pathname, { headers: { Accept: "text/html" } });
+        if (response.ok) {
+          const page = new DOMParser().parseFromString(await response.text(), "text/html");
+          fresh = page.querySelector("[data-trace-body]");
+        }
+      } catch (error) {
+        fresh = null;
+      }
+      if (!current || !fresh) {
+        showNotice("New steps arrived in this trace: reload the page to see them.");
+        return;
+      }
+      const opened = [...current.querySelectorAll("details[open]")].map((d) => d.id);
+      for (const id of opened) fresh.querySelector(`#${CSS.escape(id)}`)?.setAttribute("open", "");
+      current.replaceWith(fresh);
+      flash(fresh.querySelector(".diagram") || fresh);
+    }, 250);
   }
 
   function onCycle(e) {
@@ -151,7 +179,7 @@
       let row = findRow(body, run.id);
       if (body.dataset.context && body.dataset.context !== run.context_id) continue;
       if (!row && body.dataset.context) {
-        showNotice("A new run started in this trace.");
+        redrawTrace();
         continue;
       }
       if (!row && body.dataset.only === "active" && run.final) continue;
