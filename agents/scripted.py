@@ -31,6 +31,7 @@ a BadRequestError (never retried) and `agents.llm.complete` as `LLMError(retryab
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -112,12 +113,19 @@ def find_script(name: str) -> Path:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _parse(path: Path, mtime_ns: int, size: int) -> Any:
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+
+
 def load_script(name: str) -> tuple[Path, dict[str, list[dict]]]:
-    """The script's agents, read afresh on every call (small files; edits apply at once)."""
+    """The script's agents (read-only), parsed again whenever the file changes, so edits apply
+    at once; parsing it on every call was most of a scripted turn's time (bench/scenario.py)."""
     path = find_script(name)
     try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        stat = path.stat()
+        data = _parse(path, stat.st_mtime_ns, stat.st_size)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ScriptError(f"scripted model {name!r}: cannot read {path}: {exc}") from exc
     agents = data.get("agents") if isinstance(data, Mapping) else None
