@@ -60,6 +60,7 @@ from urllib.parse import urlsplit, urlunsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import common
+from tests.processes import free_port
 
 PARTNER, ECHO, PRIVATE = "bench-partner", "bench-echo", "bench-private"
 HANDLER = "bench.common.Echo"
@@ -85,10 +86,10 @@ def parse_args(argv=None):
     parser.add_argument(
         "--conn-max-age",
         default="0",
-        help="the server's CONN_MAX_AGE: seconds, or 'settings' for the settings' own (60). "
-        "Under daphne every request runs in a thread of its own, so a persistent connection is "
-        "one per request, left open: with 'settings' the server exhausts PostgreSQL's "
-        "max_connections in seconds (default: %(default)s)",
+        help="the server's CONN_MAX_AGE: seconds, or 'settings' for the settings' own "
+        "(DB_CONN_MAX_AGE, 0 unless set). Under daphne every request runs in a thread of its "
+        "own, so a persistent connection is one per request, left open: with 60 the server "
+        "exhausts PostgreSQL's max_connections in seconds (default: %(default)s)",
     )
     parser.add_argument(
         "--without-broadcast",
@@ -232,7 +233,7 @@ def log_tail(path, what):
 def server(env, log_path, timeout=60):
     import httpx
 
-    port = common.free_port()
+    port = free_port()
     command = [sys.executable, str(Path(__file__).resolve()), "--daphne"]
     command += ["-b", "127.0.0.1", "-p", str(port), "-v", "0", ASGI_APP]
     with open(log_path, "w") as log:

@@ -15,7 +15,6 @@ import math
 import os
 import pstats
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -203,12 +202,6 @@ def cpu_seconds(pid=None):
         return float("nan")
     fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def stop(process):
