@@ -1,11 +1,11 @@
-from django.contrib import admin, messages
-from django.template.response import TemplateResponse
+from django.contrib import admin
 
 from a2a.models import A2AMessage, PartnerKey
+from mcplet_host.admin import IssuedSecretAdmin
 
 
 @admin.register(PartnerKey)
-class PartnerKeyAdmin(admin.ModelAdmin):
+class PartnerKeyAdmin(IssuedSecretAdmin):
     """Keys are created here and shown once; afterwards only the prefix identifies them."""
 
     list_display = [
@@ -21,48 +21,13 @@ class PartnerKeyAdmin(admin.ModelAdmin):
     list_filter = ["agent", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["prefix", "name", "agent__agent_id"]
     list_select_related = ["agent"]
-    actions = ["revoke_keys"]
     fields = ["agent", "name", "expires_at", "prefix", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
 
-    def get_readonly_fields(self, request, obj=None):
-        if obj is not None:  # a key's owner cannot be changed after it was handed out
-            return [*self.readonly_fields, "agent"]
-        return self.readonly_fields
+    owner = "agent"  # a key's partner cannot change once it was handed out
+    created_template = "admin/a2a/partnerkey/created.html"
 
-    @admin.display(description="state")
-    def state(self, obj):
-        return obj.state
-
-    def save_model(self, request, obj, form, change):
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        key, raw = PartnerKey.issue(obj.agent, obj.name, obj.expires_at)
-        obj.pk, obj.prefix = key.pk, key.prefix
-        request._partner_key_raw = raw
-
-    def response_add(self, request, obj, post_url_continue=None):
-        # Render the key in this response only: it is in no message, session or log.
-        return TemplateResponse(
-            request,
-            "admin/a2a/partnerkey/created.html",
-            {
-                **self.admin_site.each_context(request),
-                "opts": self.model._meta,
-                "key": obj,
-                "raw_key": request._partner_key_raw,
-                "title": "Partner key created",
-            },
-        )
-
-    @admin.action(description="Revoke the selected keys")
-    def revoke_keys(self, request, queryset):
-        count = 0
-        for key in queryset.filter(revoked_at__isnull=True):
-            key.revoke()
-            count += 1
-        self.message_user(request, f"{count} key(s) revoked.", messages.SUCCESS)
+    def issue(self, obj):
+        return PartnerKey.issue(obj.agent, obj.name, obj.expires_at)
 
 
 @admin.register(A2AMessage)

@@ -1,9 +1,65 @@
 import json
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from mcplet_host.models import AuditEvent
+
+
+class IssuedSecretAdmin(admin.ModelAdmin):
+    """Bearer secrets the host issues (partner keys, verify-assertion tokens): created here,
+    stored as a hash, shown once in the response to the add form; afterwards only the prefix
+    identifies one, and it can only be revoked. Subclasses name the `owner` field (fixed once
+    handed out), the `created_template` and implement `issue(obj) -> (saved, raw secret)`."""
+
+    owner = ""
+    created_template = ""
+    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke_selected"]
+
+    def issue(self, obj):
+        raise NotImplementedError
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None:
+            return [*self.readonly_fields, self.owner]
+        return self.readonly_fields
+
+    @admin.display(description="state")
+    def state(self, obj):
+        return obj.state
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        saved, raw = self.issue(obj)
+        obj.pk, obj.prefix = saved.pk, saved.prefix
+        request._issued_secret = raw
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # Render the secret in this response only: it is in no message, session or log.
+        return TemplateResponse(
+            request,
+            self.created_template,
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.model._meta,
+                "issued": obj,
+                "raw": request._issued_secret,
+                "title": f"{self.model._meta.verbose_name.capitalize()} created",
+            },
+        )
+
+    @admin.action(description="Revoke the selected %(verbose_name_plural)s")
+    def revoke_selected(self, request, queryset):
+        count = 0
+        for issued in queryset.filter(revoked_at__isnull=True):
+            issued.revoke()
+            count += 1
+        noun = self.model._meta.verbose_name_plural
+        self.message_user(request, f"{count} {noun} revoked.", messages.SUCCESS)
 
 
 @admin.register(AuditEvent)

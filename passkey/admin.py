@@ -1,9 +1,9 @@
 import json
 
 from django.contrib import admin, messages
-from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from mcplet_host.admin import IssuedSecretAdmin
 from passkey.models import BackendToken, Ceremony, PasskeyCredential
 
 
@@ -106,7 +106,7 @@ class PasskeyCredentialAdmin(admin.ModelAdmin):
 
 
 @admin.register(BackendToken)
-class BackendTokenAdmin(admin.ModelAdmin):
+class BackendTokenAdmin(IssuedSecretAdmin):
     """Tokens MCP servers use for `POST /auth/verify-assertion`. Created here and shown once;
     afterwards only the prefix identifies them."""
 
@@ -114,45 +114,10 @@ class BackendTokenAdmin(admin.ModelAdmin):
     list_filter = ["server", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["prefix", "name", "server__name"]
     list_select_related = ["server"]
-    actions = ["revoke_tokens"]
     fields = ["server", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
 
-    def get_readonly_fields(self, request, obj=None):
-        if obj is not None:  # a token's server cannot change after it was handed out
-            return [*self.readonly_fields, "server"]
-        return self.readonly_fields
+    owner = "server"  # a token's server cannot change once it was handed out
+    created_template = "admin/passkey/backendtoken/created.html"
 
-    @admin.display(description="state")
-    def state(self, obj):
-        return obj.state
-
-    def save_model(self, request, obj, form, change):
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        token, raw = BackendToken.issue(obj.server, obj.name)
-        obj.pk, obj.prefix = token.pk, token.prefix
-        request._verify_token_raw = raw
-
-    def response_add(self, request, obj, post_url_continue=None):
-        # Render the token in this response only: it is in no message, session or log.
-        return TemplateResponse(
-            request,
-            "admin/passkey/backendtoken/created.html",
-            {
-                **self.admin_site.each_context(request),
-                "opts": self.model._meta,
-                "token": obj,
-                "raw_token": request._verify_token_raw,
-                "title": "Verify-assertion token created",
-            },
-        )
-
-    @admin.action(description="Revoke the selected tokens")
-    def revoke_tokens(self, request, queryset):
-        count = 0
-        for token in queryset.filter(revoked_at__isnull=True):
-            token.revoke()
-            count += 1
-        self.message_user(request, f"{count} token(s) revoked.", messages.SUCCESS)
+    def issue(self, obj):
+        return BackendToken.issue(obj.server, obj.name)

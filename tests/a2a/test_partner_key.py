@@ -63,7 +63,7 @@ def test_admin_shows_the_key_once(staff_client, partner):
     )
     assert response.status_code == 200
     key = PartnerKey.objects.get()
-    raw = response.context["raw_key"]
+    raw = response.context["raw"]
     assert PartnerKey.authenticate(raw) == key
     assert raw.encode() in response.content and b"shown only once" in response.content
     listing = staff_client.get("/admin/a2a/partnerkey/")
@@ -75,6 +75,6 @@ def test_admin_shows_the_key_once(staff_client, partner):
 def test_admin_revokes(staff_client, partner):
     key, raw = PartnerKey.issue(partner, "production")
     staff_client.post(
-        "/admin/a2a/partnerkey/", {"action": "revoke_keys", "_selected_action": [key.pk]}
+        "/admin/a2a/partnerkey/", {"action": "revoke_selected", "_selected_action": [key.pk]}
     )
     assert PartnerKey.authenticate(raw) is None

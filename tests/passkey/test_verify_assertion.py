@@ -168,7 +168,7 @@ def test_admin_shows_the_token_once(staff_client, registry):
     )
     assert response.status_code == 200
     token = BackendToken.objects.get()
-    raw = response.context["raw_token"]
+    raw = response.context["raw"]
     assert BackendToken.authenticate(raw) == token and token.server == server
     assert raw.encode() in response.content and b"shown only once" in response.content
     row = BackendToken.objects.filter(pk=token.pk).values().get()
@@ -177,6 +177,7 @@ def test_admin_shows_the_token_once(staff_client, registry):
         content = staff_client.get(page).content
         assert token.prefix.encode() in content and raw.encode() not in content
     staff_client.post(
-        "/admin/passkey/backendtoken/", {"action": "revoke_tokens", "_selected_action": [token.pk]}
+        "/admin/passkey/backendtoken/",
+        {"action": "revoke_selected", "_selected_action": [token.pk]},
     )
     assert BackendToken.authenticate(raw) is None
