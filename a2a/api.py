@@ -408,3 +408,17 @@ class OwnCard(PartnerView):
                 "they grant pools (§18.1).",
             }
         )
+
+
+@extend_schema(exclude=True)
+class UnknownEndpoint(PartnerView):
+    """Any other path under /a2a/: a partner's client gets the A2A error shape (after the same
+    authentication, and audited like every call), never an HTML page."""
+
+    def unknown(self, request, *args, **kwargs):
+        raise exceptions.NotFound(
+            f"There is no A2A endpoint {request.method} {request.path}: the API is described "
+            "at /api/docs/ (OpenAPI at /api/schema/)."
+        )
+
+    get = post = put = patch = delete = unknown

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from a2a import api
 
@@ -9,4 +9,5 @@ urlpatterns = [
     path("a2a/agents", api.AgentList.as_view(), name="a2a-agents"),
     path("a2a/agents/me", api.OwnCard.as_view(), name="a2a-own-card"),
     path("a2a/agents/<slug:agent_id>", api.AgentDetail.as_view(), name="a2a-agent"),
+    re_path(r"^a2a/", api.UnknownEndpoint.as_view()),
 ]

@@ -320,6 +320,20 @@ def test_another_partners_task_is_not_found(api, registry, script, live_server):
     assert api.get(f"/a2a/tasks/{uuid.uuid4()}").status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/a2a/task"), ("POST", "/a2a/tasks/not-a-uuid"), ("GET", "/a2a/")]
+)
+def test_an_unknown_endpoint_is_a_json_404_and_audited(api, live_server, method, path):
+    response = api.request(method, path)
+    assert response.status_code == 404 and response.headers["content-type"] == "application/json"
+    error = error_of(response)
+    assert error["code"] == "NOT_FOUND" and f"{method} {path}" in error["message"]
+    event = last_partner_event()
+    assert event.actor_id == "partner-bot" and event.details["status"] == 404
+    anonymous = httpx.request(method, f"{live_server.url}{path}")  # nothing is told to a stranger
+    assert anonymous.status_code == 401 and error_of(anonymous)["code"] == "AUTH_REQUIRED"
+
+
 # --- cards -----------------------------------------------------------------------------------
 
 
