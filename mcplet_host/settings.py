@@ -30,6 +30,8 @@ VAR_DIR = Path(env_str("MCPLET_VAR_DIR", str(BASE_DIR / "var")))
 load_dotenv(BASE_DIR / ".env", override=False)
 
 SECRET_KEY = env_str("SECRET_KEY")
+# Earlier keys, comma-separated, while rotating: sessions and sealed credentials stay readable.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

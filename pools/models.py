@@ -7,6 +7,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from pools.fields import SealedJSONField
+
 
 def validate_http_url(value):
     """http(s) with a host; unlike URLValidator, single-label hosts (compose services) are fine."""
@@ -133,8 +135,10 @@ class McpServer(models.Model):
         blank=True,
         help_text='stdio: its arguments, e.g. ["-m", "mcplets.restaurant.crm"].',
     )
-    env = models.JSONField(
-        default=dict, blank=True, help_text="stdio: extra environment variables (secret)."
+    env = SealedJSONField(
+        default=dict,
+        blank=True,
+        help_text="stdio: extra environment variables (secret: stored sealed).",
     )
     url = models.CharField(
         max_length=500,
@@ -142,8 +146,10 @@ class McpServer(models.Model):
         validators=[validate_http_url],
         help_text="http: the streamable HTTP endpoint, e.g. http://crm:9000/mcp.",
     )
-    headers = models.JSONField(
-        default=dict, blank=True, help_text="http: request headers, e.g. Authorization (secret)."
+    headers = SealedJSONField(
+        default=dict,
+        blank=True,
+        help_text="http: request headers, e.g. Authorization (secret: stored sealed).",
     )
     enabled = models.BooleanField(default=True)
     status = models.CharField(
