@@ -12,6 +12,7 @@ import secrets
 
 import jsonschema
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -342,12 +343,19 @@ class Loop:
 
 
 def finish(run, status, *, result=None, error=None):
-    """End the run: the one task response to its request, the audit event, and the hand-off."""
-    run.status, run.finished_at = status, timezone.now()
-    if result is not None:
-        run.result = result
-    run.error = error
-    run.save()
+    """End the run, once: the one task response to its request, the audit event, and the
+    hand-off. An operator may cancel a run while a worker still advances it; whichever ends it
+    first stands, and the other end changes nothing (returns False)."""
+    with transaction.atomic():
+        current = AgentRun.objects.select_for_update().only("status").get(pk=run.pk)
+        if current.is_final:
+            run.status = current.status
+            return False
+        run.status, run.finished_at = status, timezone.now()
+        if result is not None:
+            run.result = result
+        run.error = error
+        run.save()
     if run.request is not None:
         bus.respond(
             run.request,
@@ -372,6 +380,7 @@ def finish(run, status, *, result=None, error=None):
     target = run.agent.hands_off_to
     if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
         bus.send_task(run.agent.agent_id, target.agent_id, run.result, context_id=run.context_id)
+    return True
 
 
 def _unanswered(transcript):
@@ -396,5 +405,4 @@ def cancel(run, reason="Cancelled by an operator."):
         return False
     if run.waiting_for is not None and not run.waiting_for.is_final:
         run.waiting_for.decline(Ceremony.Status.REJECTED)
-    finish(run, AgentRun.Status.CANCELLED, error={"message": reason, "code": "X_CANCELLED"})
-    return True
+    return finish(run, AgentRun.Status.CANCELLED, error={"message": reason, "code": "X_CANCELLED"})

@@ -7,7 +7,9 @@ import pytest
 
 from a2a import bus
 from a2a.models import A2AMessage
+from agents import runner
 from agents.models import AgentRun
+from mcplet_host.celery import app
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
 from tests.mcplet_host.test_gateway import ASSERTION
@@ -281,3 +283,26 @@ def test_a_rejected_result_is_not_handed_off(registry, director, script, admin_u
     assert run.status == AgentRun.Status.CANCELLED
     assert not AgentRun.objects.filter(agent=dispatch).exists()
     assert response_to(request)["payload"]["error"]["code"] == "X_APPROVAL_REJECTED"
+
+
+def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director):
+    """The operator's cancel lands between the worker's last LLM turn and its end: the cancel
+    stands, and the worker's late success sends no second response and no hand-off."""
+    info = registry["info"]
+    info.hands_off_to = registry["planning"]
+    info.save()
+    app.conf.task_always_eager = False  # the worker is this test: nothing is delivered
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    run = runner.start(request, info)
+    workers_copy = AgentRun.objects.get(pk=run.pk)
+
+    assert runner.cancel(run, "Cancelled by an operator.")
+    assert not runner.finish(workers_copy, AgentRun.Status.SUCCESS, result={"analysis": "late"})
+
+    run.refresh_from_db()
+    assert run.status == AgentRun.Status.CANCELLED and run.result is None
+    assert workers_copy.status == AgentRun.Status.CANCELLED
+    assert response_to(request)["status"] == "cancelled"
+    assert A2AMessage.objects.filter(sender_id="info-gathering-agent").count() == 1
+    assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
+    assert not runner.cancel(run)
