@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
@@ -12,6 +13,8 @@ admin.site.index_title = "Operate pools, servers, agents and partners"
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="dashboard:overview"), name="home"),
     path("healthz", views.healthz, name="healthz"),
+    # Browsers ask for it on every page that names no icon (the admin's).
+    path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("dashboard/", include("dashboard.urls")),
     path("admin/", admin.site.urls),
     path("", include("a2a.urls")),

@@ -87,8 +87,7 @@ class Authenticator:
 
 def new_page(context):
     """A page with a virtual authenticator, its console, and its problems: script errors, CSP
-    violations, failed requests (the WSGI live server has no websocket, and the admin's login
-    page asks for a /favicon.ico nobody serves)."""
+    violations, failed requests (but the websocket: the WSGI live server has none)."""
     page = context.new_page()
     cdp = context.new_cdp_session(page)
     cdp.send("WebAuthn.enable")
@@ -109,7 +108,7 @@ def new_page(context):
         "response",
         lambda r: (
             page.problems.append(f"{r.status} {r.url}")
-            if r.status >= 400 and not r.url.endswith(("/favicon.ico", "/ws/dashboard/"))
+            if r.status >= 400 and not r.url.endswith("/ws/dashboard/")
             else None
         ),
     )
