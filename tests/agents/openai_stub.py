@@ -10,7 +10,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -95,6 +95,8 @@ class _Handler(BaseHTTPRequestHandler):
             stub.requests.append({"path": self.path, "headers": dict(self.headers), "json": body})
             if self.path.rstrip("/") != "/v1/chat/completions":
                 answer = error_response(404, f"stub: no route {self.path}")
+            elif stub.respond is not None:
+                answer = stub.respond(body)
             elif stub.responses:
                 answer = stub.responses.pop(0)
             else:
@@ -119,16 +121,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Stub:
-    def __init__(self, responses: list[Canned]) -> None:
-        self.responses = list(responses)
+    def __init__(self, responses: list[Canned] | Callable[[dict], Canned]) -> None:
+        self.respond = responses if callable(responses) else None
+        self.responses = [] if callable(responses) else list(responses)
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def openai_stub(responses: list[Canned]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Serve `responses` in order on 127.0.0.1 (a free port); yields the base URL (`.../v1`)
-    and the list of recorded requests (`path`, `headers`, `json`)."""
+def openai_stub(
+    responses: list[Canned] | Callable[[dict], Canned],
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Serve `responses` in order on 127.0.0.1 (a free port), or answer each request body with
+    `responses(body)`; yields the base URL (`.../v1`) and the list of recorded requests
+    (`path`, `headers`, `json`)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.block_on_close = False  # a slow answer still sleeping must not hold up the test

@@ -1,13 +1,18 @@
-"""Plan §9, the whole reference scenario in one go on the scripted model: Director →
-information → planning → the store manager approves the plan → dispatch → the store manager
-approves the e-mail with a passkey → the e-mail MCPlet has the host verify the assertion and
-sends one message per at-risk guest. Real MCPlets over stdio, the real backing service, the
-host's verify-assertion endpoint on a live server; the bus and continuations run eagerly."""
+"""Plan §9, the whole reference scenario in one go: Director → information → planning → the
+store manager approves the plan → dispatch → the store manager approves the e-mail with a
+passkey → the e-mail MCPlet has the host verify the assertion and sends one message per at-risk
+guest. Real MCPlets over stdio, the real backing service, the host's verify-assertion endpoint
+on a live server; the bus and continuations run eagerly.
+
+Twice: on the scripted model, and on "a real model" — an OpenAI model name, so every turn goes
+through litellm's OpenAI request path to an OpenAI-compatible server on loopback, which answers
+what the reference script would (the scenario runs unchanged with MCPLET_LLM_MODEL set)."""
 
 from email import policy
 from email.parser import BytesParser
 from pathlib import Path
 
+import litellm
 import pytest
 
 from a2a.models import A2AMessage
@@ -15,11 +20,42 @@ from agents import director
 from agents.models import AgentRun
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
+from tests.agents.openai_stub import Canned, openai_stub
 from tests.restaurant.conftest import approve, sent_mail
 from tests.restaurant.test_reference_script import at_risk
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "scripts" / "reference.yaml"
+
+
+def as_openai_server(agents):
+    """Answer each chat-completions request as the reference script would for the agent whose
+    system prompt it carries (the only thing a model sees of who is asking)."""
+    prompts = {a.agent_id: a.system_prompt for a in agents.values() if a.system_prompt}
+
+    def respond(body):
+        system = next(m["content"] for m in body["messages"] if m["role"] == "system")
+        agent = max((a for a, p in prompts.items() if system.startswith(p)), key=len)
+        reply = litellm.completion(
+            model="scripted/reference", messages=body["messages"], metadata={"agent_id": agent}
+        )
+        return Canned(200, reply.model_dump())
+
+    return respond
+
+
+@pytest.fixture(params=["scripted/reference", "openai/gpt-4o-mini"])
+def model(request, scenario, settings, monkeypatch):
+    """The model every agent uses (none has its own): yields the requests a real model got."""
+    settings.MCPLET_LLM_MODEL = request.param
+    if not request.param.startswith("openai/"):
+        yield []
+        return
+    agents = {k: v for k, v in scenario.items() if k != "servers"}
+    with openai_stub(as_openai_server(agents)) as (url, requests):
+        monkeypatch.setenv("OPENAI_API_BASE", url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        yield requests
 
 
 def pending():
@@ -28,13 +64,12 @@ def pending():
 
 
 def test_director_to_sent_emails(
-    scenario, backend_url, outbox, live_server, manager, tmp_path, settings
+    scenario, model, backend_url, outbox, live_server, manager, tmp_path, settings
 ):
     # The script fetches the forecast from the default backend address; here it runs elsewhere.
     script = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
     (tmp_path / "reference.yaml").write_text(script, encoding="utf-8")
     settings.MCPLET_SCRIPT_DIRS = [str(tmp_path)]
-    settings.MCPLET_LLM_MODEL = "scripted/reference"
     mail_server = scenario["servers"]["restaurant-mail"]
     mail_server.env |= {"MCPLET_VERIFY_URL": f"{live_server.url}/auth/verify-assertion"}
     mail_server.save(update_fields=["env"])
@@ -78,3 +113,20 @@ def test_director_to_sent_emails(
     assert AuditEvent.objects.filter(event_type="mcplet.passkey.verified").count() == 1
     contexts = set(A2AMessage.objects.values_list("context_id", flat=True))
     assert len(contexts) == 1  # one workflow, one contextId
+    if model:  # what the real model was sent: OpenAI requests, each agent only its own tools
+        assert {r["path"] for r in model} == {"/v1/chat/completions"} and len(model) == 7
+        assert {r["json"]["model"] for r in model} == {"gpt-4o-mini"}
+        info_prompt = scenario["info-gathering-agent"].system_prompt
+        offered = {
+            tool["function"]["name"]
+            for r in model
+            if r["json"]["messages"][0]["content"].startswith(info_prompt)
+            for tool in r["json"]["tools"]
+        }
+        assert offered == {
+            "query_crm",
+            "query_erp",
+            "query_hr",
+            "fetch_web_content",
+            "call_external_api",
+        }
