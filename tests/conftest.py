@@ -132,3 +132,18 @@ def registry(tmp_path, calls):
     agents["info"].accessible_pools.set([info])
     agents["dispatch"].accessible_pools.set([media])
     return {"server": server, "info-pool": info, "media-pool": media, **agents}
+
+
+@pytest.fixture
+def director(registry):
+    """A Director targeting the information agent, no schedule."""
+    director = Agent.objects.create(
+        agent_id="director",
+        display_name="Director",
+        kind=Agent.Kind.DIRECTOR,
+        prompt_template="Plan for {{ tomorrow|date:'Y-m-d' }}. Targets: {{ targets|join:', ' }}",
+        backoff_seconds=0,
+        lock_timeout=30,
+    )
+    director.targets.add(registry["info"])
+    return director

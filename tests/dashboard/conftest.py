@@ -8,7 +8,7 @@ import pytest
 
 from a2a import bus
 from agents import director as directors
-from agents.models import Agent, AgentRun
+from agents.models import AgentRun
 from mcplets.examples.programmable import stdio_params, write_spec
 from passkey.models import Ceremony
 from pools.discovery import discover
@@ -91,16 +91,8 @@ def staff(django_user_model):
 
 
 @pytest.fixture
-def director(registry):
-    director = Agent.objects.create(
-        agent_id="director",
-        display_name="Director",
-        kind=Agent.Kind.DIRECTOR,
-        prompt_template="Plan for {{ tomorrow|date:'Y-m-d' }}. Targets: {{ targets|join:', ' }}",
-        backoff_seconds=0,
-        lock_timeout=30,
-    )
-    director.targets.add(registry["info"])
+def director(director):
+    """tests/conftest.py's Director, on a schedule (the overview shows it)."""
     director.schedule_cron("0 18 * * *")
     return director
 
