@@ -151,18 +151,17 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
     context.close()
 
 
-def test_a_trace_redraws_itself_as_its_steps_arrive(page, asgi_host, staff, settings):
-    """The sequence diagram is drawn by the server: the page fetches itself again and swaps the
-    diagram and the steps in place, keeping the payloads the operator opened."""
-    layers = copy.deepcopy(settings.CHANNEL_LAYERS)  # publish where this daphne listens
+@pytest.fixture
+def tool_call(settings):
+    """Audit a tool call from this process, published where the test's daphne listens."""
+    layers = copy.deepcopy(settings.CHANNEL_LAYERS)
     layers["default"]["CONFIG"]["prefix"] = f"mcplet:channels:{NAMESPACE}"
     settings.CHANNEL_LAYERS = layers
-    trace = str(uuid.uuid4())
 
-    def tool_call(tool):
+    def record(tool, trace, event_type=AuditEvent.EventType.TOOL_EXECUTED):
         with outside_the_browser_loop():  # the live event goes out through async_to_sync
             audit.record(
-                AuditEvent.EventType.TOOL_EXECUTED,
+                event_type,
                 actor_type=audit.ActorType.AGENT,
                 actor_id="info-gathering-agent",
                 target_server="restaurant-crm",
@@ -172,16 +171,41 @@ def test_a_trace_redraws_itself_as_its_steps_arrive(page, asgi_host, staff, sett
                 details={"duration_ms": 12.5},
             )
 
-    tool_call("query_crm")
+    return record
+
+
+def test_a_trace_redraws_itself_as_its_steps_arrive(page, asgi_host, staff, tool_call):
+    """The sequence diagram is drawn by the server: the page fetches itself again and swaps the
+    diagram and the steps in place, keeping the payloads the operator opened."""
+    trace = str(uuid.uuid4())
+    tool_call("query_crm", trace)
     sign_in(page, asgi_host)
     page.goto(f"{asgi_host}/dashboard/runs/{trace}/")
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
     page.evaluate("window.notReloaded = true")
     page.locator("#step-1 summary").click()  # the operator reads the first payload
 
-    tool_call("query_erp")
+    tool_call("query_erp", trace)
     expect(page.locator("svg.sequence")).to_contain_text("query_erp")
     expect(page.locator("#step-2")).to_contain_text("query_erp")
     expect(page.locator("#step-1")).to_have_attribute("open", "")
+    assert page.evaluate("window.notReloaded") is True
+    assert page.problems == []
+
+
+def test_a_filtered_audit_log_shows_new_matching_events_live(page, asgi_host, staff, tool_call):
+    trace = str(uuid.uuid4())
+    tool_call("query_crm", trace)
+    sign_in(page, asgi_host)
+    page.goto(f"{asgi_host}/dashboard/audit/?tool=query_hr")
+    expect(page.locator("main")).to_contain_text("No event matches these filters.")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.evaluate("window.notReloaded = true")
+
+    tool_call("query_erp", trace)  # does not match: nothing changes
+    tool_call("query_hr", trace)
+    rows = page.locator("table.audit tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows).to_contain_text("query_hr")
     assert page.evaluate("window.notReloaded") is True
     assert page.problems == []

@@ -125,39 +125,46 @@
         if (!findRow(body, e.seq)) flash(newRow(body, "tpl-audit", e.seq));
         fill(findRow(body, e.seq), data);
       }
-      if (document.querySelector('[data-live-notice="audit"]')) showNotice("New events arrived.");
+      if (redrawn("audit")) redraw("audit", "New events arrived");
+      else if (document.querySelector('[data-live-notice="audit"]')) showNotice("New events arrived.");
       if (trace && e.trace_id === trace) redrawTrace();
       if (e.event_type.startsWith(CYCLE)) onCycle(e);
     }
   }
 
-  // The trace page is drawn by the server: fetch it again and swap its body, keeping the
-  // payloads the operator opened. Events come in bursts, so wait for the burst to end.
-  let redrawTimer = null;
-  function redrawTrace() {
-    clearTimeout(redrawTimer);
-    redrawTimer = setTimeout(async () => {
-      const current = document.querySelector("[data-trace-body]");
+  // Parts the server draws (a trace, a filtered audit log, the approvals' history): fetch the
+  // page again and swap the part, keeping what the operator opened. Events come in bursts, so
+  // wait for the burst to end.
+  const redrawTimers = {};
+  function redraw(part, notice) {
+    clearTimeout(redrawTimers[part]);
+    redrawTimers[part] = setTimeout(async () => {
+      const selector = `[data-redraw="${part}"]`;
+      const current = document.querySelector(selector);
       let fresh = null;
       try {
-        const response = await fetch(location.pathname, { headers: { Accept: "text/html" } });
+        const response = await fetch(location.pathname + location.search, {
+          headers: { Accept: "text/html" },
+        });
         if (response.ok) {
           const page = new DOMParser().parseFromString(await response.text(), "text/html");
-          fresh = page.querySelector("[data-trace-body]");
+          fresh = page.querySelector(selector);
         }
       } catch (error) {
         fresh = null;
       }
       if (!current || !fresh) {
-        showNotice("New steps arrived in this trace: reload the page to see them.");
+        showNotice(`${notice}: reload the page to see it.`);
         return;
       }
-      const opened = [...current.querySelectorAll("details[open]")].map((d) => d.id);
+      const opened = [...current.querySelectorAll("details[open][id]")].map((d) => d.id);
       for (const id of opened) fresh.querySelector(`#${CSS.escape(id)}`)?.setAttribute("open", "");
       current.replaceWith(fresh);
       flash(fresh.querySelector(".diagram") || fresh);
     }, 250);
   }
+  const redrawn = (part) => document.querySelector(`[data-redraw="${part}"]`) !== null;
+  const redrawTrace = () => redraw("trace", "New steps arrived in this trace");
 
   function onCycle(e) {
     const outcome = e.event_type.slice(CYCLE.length);
@@ -192,13 +199,13 @@
   }
 
   function onApproval(approval) {
+    if (!approval.pending && redrawn("approvals-history")) {
+      redraw("approvals-history", "An approval was decided");
+    }
     for (const body of document.querySelectorAll('[data-live="approvals"]')) {
       let row = findRow(body, approval.id);
       if (!row) {
-        if (body.dataset.only === "decided") {
-          if (!approval.pending) showNotice("An approval was decided.");
-          continue;
-        }
+        if (body.dataset.only === "decided") continue;
         if (!approval.pending) continue;
         row = newRow(body, "tpl-approval", approval.id);
       }
