@@ -235,7 +235,11 @@ if not (_origin_host == PASSKEY_RP_ID or _origin_host.endswith("." + PASSKEY_RP_
         f"PASSKEY_ORIGIN={PASSKEY_ORIGIN!r} does not match PASSKEY_RP_ID={PASSKEY_RP_ID!r}: "
         "WebAuthn needs the origin's host to be the rpId or one of its subdomains."
     )
-if PASSKEY_MODE == "https" and not PASSKEY_ORIGIN.startswith("https://"):
+# Browsers allow WebAuthn on https:// origins and on http://localhost (a secure context).
+if PASSKEY_MODE == "https" and not (
+    PASSKEY_ORIGIN.startswith("https://") or _origin_host == "localhost"
+):
     raise ImproperlyConfigured(
-        f"PASSKEY_ORIGIN={PASSKEY_ORIGIN!r} must be an https:// origin when PASSKEY_MODE=https."
+        f"PASSKEY_ORIGIN={PASSKEY_ORIGIN!r} must be an https:// origin (or http://localhost) "
+        "when PASSKEY_MODE=https."
     )

@@ -55,3 +55,11 @@ def test_https_mode_needs_an_https_origin():
         PASSKEY_MODE="https", PASSKEY_RP_ID="host.example", PASSKEY_ORIGIN="http://host.example"
     )
     assert "PASSKEY_ORIGIN='http://host.example' must be an https:// origin" in result.stderr
+
+
+def test_https_mode_takes_http_localhost_a_secure_context():
+    """What docker compose uses by default: the host's own page at http://localhost:8000."""
+    result = start_django(
+        PASSKEY_MODE="https", PASSKEY_RP_ID="localhost", PASSKEY_ORIGIN="http://localhost:8000"
+    )
+    assert result.returncode == 0, result.stderr
