@@ -403,6 +403,10 @@ def cancel(run, reason="Cancelled by an operator."):
     """Cancel a run that has not finished; a held call it waits for is rejected."""
     if run.is_final:
         return False
-    if run.waiting_for is not None and not run.waiting_for.is_final:
-        run.waiting_for.decline(Ceremony.Status.REJECTED)
-    return finish(run, AgentRun.Status.CANCELLED, error={"message": reason, "code": "X_CANCELLED"})
+    # One transaction: the rejected call's continuation runs after the run has ended, so it
+    # finds nothing left to do (it would otherwise end the run first, as a rejection).
+    with transaction.atomic():
+        if run.waiting_for is not None and not run.waiting_for.is_final:
+            run.waiting_for.decline(Ceremony.Status.REJECTED)
+        error = {"message": reason, "code": "X_CANCELLED"}
+        return finish(run, AgentRun.Status.CANCELLED, error=error)

@@ -60,7 +60,7 @@ from urllib.parse import urlsplit, urlunsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import common
-from tests.processes import free_port
+from tests.processes import free_port, stop
 
 PARTNER, ECHO, PRIVATE = "bench-partner", "bench-echo", "bench-private"
 HANDLER = "bench.common.Echo"
@@ -257,7 +257,7 @@ def server(env, log_path, timeout=60):
         log_tail(log_path, "server")
         raise
     finally:
-        common.stop(process)
+        stop(process, 20)
 
 
 @contextlib.contextmanager
@@ -282,7 +282,7 @@ def celery_worker(queue, env, log_path, timeout=90):
         log_tail(log_path, "worker")
         raise
     finally:
-        common.stop(process)
+        stop(process, 20)
 
 
 # --- the requests -----------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from celery import shared_task
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import common
+from tests.processes import stop
 
 SENDER = "bench-sender"
 ECHO = "bench-echo"
@@ -170,7 +171,7 @@ def celery_worker(queue, concurrency, log_path, notify_key):
         print(f"--- worker log ({log_path}), last lines ---\n{tail}", file=sys.stderr)
         raise
     finally:
-        common.stop(process)
+        stop(process, 20)
 
 
 def wait_ready(process, timeout=90):

@@ -16,7 +16,6 @@ import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -202,17 +201,6 @@ def cpu_seconds(pid=None):
         return float("nan")
     fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is field 3
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def stop(process):
-    """Terminate a subprocess of the benchmark, killing it if it does not exit in 20 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def delete_queues(*names):

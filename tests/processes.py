@@ -46,12 +46,18 @@ def celery_worker(log_path, name="worker", concurrency=2, **env):
         wait_until(lambda: "ready." in Path(log_path).read_text(), f"{name} to start", process)
         yield process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(process)
+
+
+def stop(process, seconds=15):
+    """Terminate a child process, killing it if it does not exit in time."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def free_port():
@@ -83,8 +89,7 @@ def daphne(log_path, port=None, **env):
         wait_until(listening, "daphne to listen", process)
         yield f"http://localhost:{port}"
     finally:
-        process.terminate()
-        process.wait(15)
+        stop(process)
 
 
 def wait_until(predicate, what, process=None, timeout=60):
