@@ -128,7 +128,7 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
     operator.get_by_role("button", name="Run Director now").click()
     result = operator.locator('[data-director-result="evening-director"]')
     expect(result).to_contain_text("queued")  # the answer to the POST, in place
-    expect(result).to_contain_text("ran")  # the cycle's outcome, when it arrives
+    expect(result.locator(".badge")).to_have_text("ran")  # the cycle's outcome, when it arrives
 
     # The overview, untouched since it loaded, follows the runs as they progress.
     expect(run_row(watcher, "info-gathering-agent")).to_contain_text("Running")
