@@ -16,7 +16,10 @@ from agents.models import AgentRun
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
 
-LEFT, TOP, ROW, BOTTOM, LANE_W = 84, 64, 44, 28, 190
+LEFT, TOP, ROW, BOTTOM = 84, 64, 44, 28
+# A lane is as wide as its name needs, within these bounds, so a trace with eight MCP servers
+# still mostly fits a laptop's screen (the rest scrolls); ~7 px per character at 12 px.
+LANE_MIN, LANE_MAX, CHAR_W, PADDING = 120, 190, 7, 24
 APPROVER = "approver"
 HOST = "host"
 TOOL_EVENTS = {AuditEvent.EventType.TOOL_EXECUTED, AuditEvent.EventType.TOOL_BLOCKED}
@@ -35,8 +38,20 @@ class Lane:
     x: float = 0
 
     @property
+    def width(self):
+        return max(LANE_MIN, min(LANE_MAX, CHAR_W * len(self.label) + 2 * PADDING))
+
+    @property
+    def box_w(self):
+        return self.width - PADDING
+
+    @property
     def box_x(self):
-        return self.x - (LANE_W - 24) / 2
+        return self.x - self.box_w / 2
+
+    @property
+    def short_label(self):
+        return _shorten(self.label, self.box_w // CHAR_W)
 
 
 @dataclass
@@ -54,6 +69,7 @@ class Step:
     y: float = 0
     x1: float = 0
     x2: float = 0
+    note_w: float = 0  # a note's box: its lane's
 
     @property
     def is_note(self):
@@ -65,12 +81,12 @@ class Step:
 
     @property
     def short_label(self):
-        room = max(14, int(abs(self.x2 - self.x1) / 7)) if not self.is_note else 24
-        return self.label if len(self.label) <= room else self.label[: room - 1] + "…"
+        room = self.note_w if self.is_note else max(14 * CHAR_W, abs(self.x2 - self.x1))
+        return _shorten(self.label, int(room // CHAR_W))
 
     @property
     def note_x(self):
-        return self.x1 - (LANE_W - 24) / 2
+        return self.x1 - self.note_w / 2
 
     @property
     def payload_json(self):
@@ -344,9 +360,11 @@ def _layout(context_id, steps, runs, messages):
     for number, step in enumerate(steps, 1):
         step.number, step.y = number, TOP + ROW * number - ROW // 3
         step.x1, step.x2 = by_key[step.source].x, by_key[step.target].x
+        step.note_w = by_key[step.source].box_w
         step.offset = f"+{(step.at - start).total_seconds():.2f} s"
     height = TOP + ROW * (len(steps) + 1) + BOTTOM
-    trace = Trace(context_id, lanes, steps, [], LEFT + LANE_W * len(lanes) + 16, int(height))
+    right = lanes[-1].x + lanes[-1].width / 2 if lanes else LEFT
+    trace = Trace(context_id, lanes, steps, [], int(right) + 16, int(height))
     trace.activations = _activations(steps, runs, messages, by_key, height)
     return trace
 
@@ -359,9 +377,14 @@ def _lanes(steps):
             if key not in seen:
                 seen[key] = _lane(key, len(seen))
     lanes = sorted(seen.values(), key=lambda lane: (order[lane.kind], lane.seen))
-    for index, lane in enumerate(lanes):
-        lane.x = LEFT + LANE_W * (index + 0.5)
+    left = LEFT
+    for lane in lanes:
+        lane.x, left = left + lane.width / 2, left + lane.width
     return lanes
+
+
+def _shorten(text, room):
+    return text if len(text) <= room else text[: max(1, room - 1)] + "…"
 
 
 def _lane(key, seen_at):
