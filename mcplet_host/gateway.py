@@ -59,9 +59,11 @@ def tools_for(agent, partner=None):
     (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read.
     Sorted here, not in SQL: an ORDER BY name lures SQLite into scanning the name index."""
     visible = Mcplet.objects.routable().filter(model_visible=True, server__enabled=True).order_by()
-    granted = visible.filter(pool__in=_granted(agent))
+    # A join from the grant table, not `pool IN (subquery)`: SQLite's planner scans every
+    # MCPlet for the latter, and walks the agent's grants to the pool index for the former.
+    granted = visible.filter(pool__agents=agent)
     if partner is not None:
-        granted = granted.filter(pool__in=_granted(partner))
+        granted = granted.filter(pool__agents=partner)
     return sorted(visible.filter(pool__isnull=True).union(granted), key=lambda t: t.name)
 
 
