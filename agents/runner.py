@@ -344,8 +344,9 @@ class Loop:
 
 def finish(run, status, *, result=None, error=None):
     """End the run, once: the one task response to its request, the audit event, and the
-    hand-off. An operator may cancel a run while a worker still advances it; whichever ends it
-    first stands, and the other end changes nothing (returns False)."""
+    hand-off, in one transaction (one commit; what they publish goes out after it). An operator
+    may cancel a run while a worker still advances it; whichever ends it first stands, and the
+    other end changes nothing (returns False)."""
     with transaction.atomic():
         current = AgentRun.objects.select_for_update().only("status").get(pk=run.pk)
         if current.is_final:
@@ -356,30 +357,32 @@ def finish(run, status, *, result=None, error=None):
             run.result = result
         run.error = error
         run.save()
-    if run.request is not None:
-        bus.respond(
-            run.request,
-            status,
-            result=run.result if status != "error" else None,
-            error=error if status != "success" else None,
+        if run.request is not None:
+            bus.respond(
+                run.request,
+                status,
+                result=run.result if status != "error" else None,
+                error=error if status != "success" else None,
+            )
+        audit.record(
+            "agent.run.finished",
+            actor_type=audit.ActorType.AGENT,
+            actor_id=run.agent.agent_id,
+            result=audit.SUCCESS if status == AgentRun.Status.SUCCESS else audit.FAILURE,
+            trace_id=run.context_id,
+            details={
+                "run": str(run.pk),
+                "status": status,
+                "steps": run.steps,
+                "tokens": run.total_tokens,
+                **({"error": error} if error else {}),
+            },
         )
-    audit.record(
-        "agent.run.finished",
-        actor_type=audit.ActorType.AGENT,
-        actor_id=run.agent.agent_id,
-        result=audit.SUCCESS if status == AgentRun.Status.SUCCESS else audit.FAILURE,
-        trace_id=run.context_id,
-        details={
-            "run": str(run.pk),
-            "status": status,
-            "steps": run.steps,
-            "tokens": run.total_tokens,
-            **({"error": error} if error else {}),
-        },
-    )
-    target = run.agent.hands_off_to
-    if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
-        bus.send_task(run.agent.agent_id, target.agent_id, run.result, context_id=run.context_id)
+        target = run.agent.hands_off_to
+        if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
+            bus.send_task(
+                run.agent.agent_id, target.agent_id, run.result, context_id=run.context_id
+            )
     return True
 
 
