@@ -9,6 +9,7 @@ from daphne.server import Server
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agents.models import Agent
 from mcplet_host.asgi import application
 from mcplet_host.celery import app
 from mcplets.restaurant import backend as restaurant_backend
@@ -92,8 +93,6 @@ class Command(BaseCommand):
 
     def _print_walkthrough(self, base):
         """The reference scenario in six steps, when `seed_reference` has run (README)."""
-        from agents.models import Agent
-
         if not Agent.objects.filter(agent_id=WALKTHROUGH_DIRECTOR).exists():
             return
         outbox = os.environ["RESTAURANT_OUTBOX"]
