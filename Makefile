@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install run test lint format migrate clean seed chromium screenshots
+.PHONY: install run test lint format migrate clean seed chromium screenshots mutants known-breaks
 
 seed: migrate
 	$(BIN)/python manage.py seed_reference
@@ -56,6 +56,18 @@ screenshots: $(INSTALLED) chromium
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mcplet_host} \
 	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} SECRET_KEY=$${SECRET_KEY:-insecure-test-key} \
 	MCPLET_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/e2e/test_reference_browser.py
+
+# Mutation testing of the enforcement modules (cosmic-ray; slow, never in CI): prints each
+# target's killed/survived counts and the survivors' diffs. `make mutants TARGETS=audit` for one
+# (the targets: python tests/mutants/run.py --list). Needs PostgreSQL and Redis as for CI.
+MUTANT_ENV = DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mcplet_host} \
+	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} SECRET_KEY=$${SECRET_KEY:-insecure-test-key}
+mutants: $(INSTALLED)
+	$(MUTANT_ENV) $(BIN)/python tests/mutants/run.py $(TARGETS)
+
+# The breaks issue 14 found unnoticed, each applied in turn: every one must be killed.
+known-breaks: $(INSTALLED)
+	$(MUTANT_ENV) $(BIN)/python tests/mutants/known.py
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

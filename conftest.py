@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.browser"]
+pytest_plugins = ["tests.browser", "tests.security.plugin"]
 
 SERVICES_HINT = (
     "needs PostgreSQL and Redis: set DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_host "

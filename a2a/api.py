@@ -21,7 +21,9 @@ from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import A2AValidationError, validate
 from agents import runner
 from agents.models import Agent, AgentRun
-from mcplet_host import audit, gateway
+from mcplet_host import audit, gateway, storable
+from mcplet_host.authority import Authority
+from pools.models import Pool
 
 MAX_BODY = 1024 * 1024
 
@@ -92,12 +94,27 @@ class PartnerRateThrottle(SimpleRateThrottle):
 
 
 class LimitedJSONParser(JSONParser):
+    """JSON up to MAX_BODY that the host can store and sign: no infinite numbers, lone
+    surrogates or NUL characters, no nesting deeper than storable.MAX_DEPTH (issue 14)."""
+
     def parse(self, stream, media_type=None, parser_context=None):
         request = (parser_context or {}).get("request")
         length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
         if length > MAX_BODY:
             raise PayloadTooLarge()
-        return super().parse(stream, media_type, parser_context)
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise UnusableJSON(f"it is nested deeper than {storable.MAX_DEPTH} levels") from None
+        unusable = storable.problem(data)
+        if unusable:
+            path, why = unusable
+            raise UnusableJSON(f"{path or 'the body'}: {why}")
+        return data
+
+
+class UnusableJSON(exceptions.ParseError):
+    """JSON, but not JSON the host can store or sign."""
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -175,7 +192,9 @@ def handle_exception(exc, context):
     extra = {}
     if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
         extra = {"retryable": True, "retry_after_ms": int(exc.wait * 1000)}
-    if isinstance(exc, exceptions.ParseError):
+    if isinstance(exc, UnusableJSON):
+        detail = f"The body cannot be accepted: {detail}"
+    elif isinstance(exc, exceptions.ParseError):
         detail = f"The body is not valid JSON: {detail}"
     response.data = error_body(code, str(detail), **extra)
     return response
@@ -275,9 +294,16 @@ class TaskList(PartnerView):
         if recipient is None:
             raise Forbidden(f"You may not send tasks to {body['recipientId']!r}.")
         self._check_requested_access(partner, recipient, body)
+        mismatch = recipient.parameters_problem(body["payload"]["parameters"])
+        if mismatch:
+            path, message = mismatch
+            return Response(
+                error_body("VALIDATION_ERROR", f"{path}: {message}", path=path), status=400
+            )
         if "contextId" not in body:
             body = {**body, "contextId": str(uuid.uuid4())}
-        request_message = bus.post(body, external=True)
+        # Who the task acts for comes from the key, never from the body.
+        request_message = bus.post(body, Authority.of_partner(partner.agent_id), external=True)
         return self._wait(request_message)
 
     def _check_requested_access(self, partner, recipient, body):
@@ -288,14 +314,18 @@ class TaskList(PartnerView):
         if not isinstance(pools, list) or not isinstance(tools, list):
             raise Forbidden("parameters.pools and parameters.tools must be lists of names.")
         if pools:  # (no query when the task asks for none: most tasks)
+            # Two filters, two joins: each pool must be held by the partner and the recipient.
             granted = set(
-                partner.accessible_pools.filter(agents=recipient).values_list("name", flat=True)
+                Pool.objects.filter(agents=partner)
+                .filter(agents=recipient)
+                .values_list("name", flat=True)
             )
             outside = sorted(set(map(str, pools)) - granted)
             if outside:
                 raise Forbidden(f"These pools are outside your grants: {', '.join(outside)}.")
         if tools:
-            reachable = {tool.name for tool in gateway.tools_for(recipient, partner)}
+            authority = Authority.of_partner(partner.agent_id)
+            reachable = {tool.name for tool in gateway.tools_for(recipient, authority)}
             outside = sorted(set(map(str, tools)) - reachable)
             if outside:
                 raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")

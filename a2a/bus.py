@@ -1,7 +1,10 @@
 """The A2A local bus (spec §3.4, §16.4, §18): every message persisted as the trace, signed by
-the host, delivered by a Celery task inside the host boundary. The worker that delivers it
-checks the signature against the stored message, so a message forged into the broker, or
-edited on its way, is refused."""
+the host, delivered by a Celery task inside the host boundary. The signature covers the §18
+body and the message's provenance (who the work acts for, mcplet_host.authority) together. The
+worker that delivers it checks the signature against the stored message, so a message forged
+into the broker, or edited on its way — its body or its provenance — is refused."""
+
+import hmac
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -11,6 +14,7 @@ from a2a import messages
 from a2a.models import A2AMessage
 from a2a.schemas import validate
 from mcplet_host import audit
+from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 
 DELIVER_TASK = "agents.deliver"
@@ -21,9 +25,17 @@ def signing_key():
     return salted_hmac("mcplet.a2a.bus", "local message signing").digest()
 
 
-def post(message, *, external=False):
-    """Persist and sign a task request, then hand it to a worker (after the commit)."""
+def _signed(body, provenance):
+    # The §18 schema allows no extra top-level key: the provenance is its own column, and the
+    # signature covers both.
+    return {"message": body, "provenance": provenance}
+
+
+def post(message, authority, *, external=False):
+    """Persist and sign a task request acting with `authority`, then hand it to a worker
+    (after the commit)."""
     validate("task-request", message)
+    provenance = authority.to_json()
     row = A2AMessage.objects.create(
         message_id=message["messageId"],
         context_id=message["contextId"],
@@ -32,14 +44,26 @@ def post(message, *, external=False):
         recipient_id=message["recipientId"],
         body=message,
         external=external,
-        signature=messages.sign(message, signing_key()),
+        provenance=provenance,
+        signature=messages.sign(_signed(message, provenance), signing_key()),
     )
     args = [str(row.message_id), row.signature]
     transaction.on_commit(lambda: enqueue(DELIVER_TASK, args))
     return row
 
 
-def send_task(sender_id, recipient_id, parameters, *, context_id=None, history=None, locale=None):
+def send_task(
+    sender_id,
+    recipient_id,
+    parameters,
+    *,
+    authority=HOST,
+    context_id=None,
+    history=None,
+    locale=None,
+):
+    """A task from an agent of this host. `authority` is the sender's own (its run's, or the
+    host's for a Director or an operator); the message carries it with the sender appended."""
     return post(
         messages.task_request(
             sender_id,
@@ -48,8 +72,14 @@ def send_task(sender_id, recipient_id, parameters, *, context_id=None, history=N
             context_id=context_id,
             history=history,
             locale=locale,
-        )
+        ),
+        authority.then(sender_id),
     )
+
+
+# A delivery naming a genuine request with another signature than the host gave it: someone
+# else's, so it must not answer (or end) the request whose genuine delivery is still to come.
+FORGED = "its signature is not the one the host gave it (a forged delivery, dropped)"
 
 
 def authenticate(message_id, signature):
@@ -59,13 +89,27 @@ def authenticate(message_id, signature):
     ).first()
     if row is None:
         return None, "no such message was sent on this host's bus"
-    if not messages.verify(row.body, signature, signing_key()):
-        return row, "its signature does not verify"
+    if not isinstance(signature, str) or not hmac.compare_digest(
+        signature.encode(), row.signature.encode()
+    ):
+        return row, FORGED
+    if not messages.verify(_signed(row.body, row.provenance), signature, signing_key()):
+        return row, "its signature does not verify"  # the stored request itself was edited
+    try:
+        authority = row.authority
+    except ValueError:
+        return row, "its provenance is not one this host writes"
+    # The host writes these itself; a mismatch is a forgery the signature did not catch.
+    if row.external and authority != Authority.of_partner(row.sender_id):
+        return row, "its provenance does not name its sender as the partner"
+    if not row.external and authority.chain[-1:] != (row.sender_id,):
+        return row, "its provenance does not end with its sender"
     return row, ""
 
 
-def refuse(message_id, row, reason):
-    """Audit a refused delivery and, when the request exists, answer it with the error."""
+def refuse(message_id, row, reason, code="X_REFUSED"):
+    """Audit a refused delivery and, when the request exists and the delivery is the host's
+    own, answer it with the error (a FORGED delivery is only audited)."""
     audit.record(
         "a2a.message.refused",
         actor_type=audit.ActorType.AGENT if row else audit.ActorType.SYSTEM,
@@ -76,11 +120,12 @@ def refuse(message_id, row, reason):
             "messageId": str(message_id),
             "reason": reason,
             "recipient": row.recipient_id if row else "",
+            "provenance": row.provenance if row else {},
         },
     )
-    if row is not None:
+    if row is not None and reason != FORGED:
         A2AMessage.objects.filter(pk=row.pk).update(state=A2AMessage.State.REFUSED)
-        respond(row, "error", error={"message": f"Refused: {reason}.", "code": "X_REFUSED"})
+        respond(row, "error", error={"message": f"Refused: {reason}.", "code": code})
 
 
 def respond(request, status, *, result=None, error=None):

@@ -6,6 +6,8 @@ from datetime import timedelta
 from django.db import models
 from django.utils import timezone
 
+from mcplet_host.authority import Authority
+
 KEY_PREFIX = "mcpk_"
 
 
@@ -122,6 +124,12 @@ class A2AMessage(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     status = models.CharField(max_length=16, blank=True, help_text="A response's A2A status.")
     external = models.BooleanField(default=False, help_text="Came in through the partner API.")
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Who the task acts for: the partner it started for and the agents before its "
+        "recipient (set by the host, signed with the body).",
+    )
     signature = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
@@ -140,6 +148,11 @@ class A2AMessage(models.Model):
 
     def __str__(self):
         return f"{self.type} {self.sender_id} → {self.recipient_id} ({self.state or self.status})"
+
+    @property
+    def authority(self):
+        """The provenance as a value (ValueError if it is not one the host writes)."""
+        return Authority.from_json(self.provenance)
 
     @property
     def parameters(self):

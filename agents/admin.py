@@ -2,6 +2,8 @@ import json
 
 from django.contrib import admin, messages
 from django.utils.html import format_html
+from django_celery_beat import admin as beat_admin
+from django_celery_beat.models import PeriodicTask
 
 from agents import runner
 from agents.models import Agent, AgentRun
@@ -52,6 +54,10 @@ class AgentAdmin(admin.ModelAdmin):
             },
         ),
         (
+            "Partner (kind = external): the internal agents it may send tasks to",
+            {"fields": ["callable_agents"]},
+        ),
+        (
             "A2A card (spec §18.2)",
             {"fields": ["input_schema", "output_schema"], "classes": ["collapse"]},
         ),
@@ -64,6 +70,11 @@ class AgentAdmin(admin.ModelAdmin):
             .prefetch_related("accessible_pools")
             .select_related("hands_off_to")
         )
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if db_field.name == "callable_agents":  # a partner calls internal agents only (§16.4)
+            kwargs["queryset"] = Agent.objects.exclude(kind=Agent.Kind.EXTERNAL)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
 
     @admin.display(description="accessible pools")
     def granted_pools(self, obj):
@@ -95,7 +106,7 @@ class AgentRunAdmin(admin.ModelAdmin):
     actions = ["cancel_runs"]
     fields = [
         "agent",
-        "partner",
+        "acts_for",
         "status",
         "context_id",
         "parameters_json",
@@ -115,6 +126,10 @@ class AgentRunAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    @admin.display(description="acts for")
+    def acts_for(self, obj):
+        return obj.authority.describe() or "—"
+
     def has_change_permission(self, request, obj=None):
         return False
 
@@ -126,12 +141,34 @@ class AgentRunAdmin(admin.ModelAdmin):
     def tokens(self, obj):
         return obj.total_tokens
 
-    @admin.action(description="Cancel the selected runs (a call they wait for is rejected)")
+    def has_cancel_permission(self, request):
+        # Runs are never edited here, but cancelling one is a change: who may change runs may.
+        return super().has_change_permission(request)
+
+    @admin.action(
+        description="Cancel the selected runs (a call they wait for is rejected)",
+        permissions=["cancel"],
+    )
     def cancel_runs(self, request, queryset):
         cancelled = sum(
             runner.cancel(run, f"Cancelled by {request.user.get_username()}.") for run in queryset
         )
         self.message_user(request, f"{cancelled} run(s) cancelled.", messages.SUCCESS)
+
+
+admin.site.unregister(PeriodicTask)
+
+
+@admin.register(PeriodicTask)
+class PeriodicTaskAdmin(beat_admin.PeriodicTaskAdmin):
+    """django-celery-beat's (Directors' schedules live there), whose actions — enable, disable,
+    toggle, run now — need no permission of their own: here they need the change permission."""
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if self.has_change_permission(request):
+            return actions
+        return {name: action for name, action in actions.items() if name == "delete_selected"}
 
 
 def _pretty(field, label):

@@ -10,6 +10,7 @@ append to the transcript.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,49 +18,57 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from agents.scripted import ScriptError
 
 # Before litellm is imported: otherwise it fetches its model cost map from GitHub at import
 # (litellm/litellm_core_utils/get_model_cost_map.py), and the host may have no internet.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import litellm  # noqa: E402
-from django.conf import settings  # noqa: E402
-
-from agents.scripted import PROVIDER as SCRIPTED_PROVIDER  # noqa: E402
-from agents.scripted import ScriptedLLM, ScriptError  # noqa: E402
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "scripted/reference"
 
-# No phoning home, no "Give Feedback / Get Help" banners in the logs.
-if hasattr(litellm, "telemetry"):
-    litellm.telemetry = False
-litellm.suppress_debug_info = True
 
-_exc = litellm.exceptions
-# Worth another attempt: the same request may well succeed a moment later.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    _exc.Timeout,
-    _exc.APIConnectionError,
-    _exc.RateLimitError,
-    _exc.ServiceUnavailableError,
-    _exc.InternalServerError,
-)
+@functools.cache
+def _litellm():
+    """litellm, imported at the first LLM call and kept offline. Importing it takes seconds,
+    which every manage.py command and web process would otherwise pay at start-up without
+    ever calling a model (bench/startup.py)."""
+    import litellm
+
+    # No phoning home, no "Give Feedback / Get Help" banners in the logs.
+    if hasattr(litellm, "telemetry"):
+        litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """Worth another attempt: the same request may well succeed a moment later."""
+    exc = _litellm().exceptions
+    return (
+        exc.Timeout,
+        exc.APIConnectionError,
+        exc.RateLimitError,
+        exc.ServiceUnavailableError,
+        exc.InternalServerError,
+    )
 
 
 def register_scripted_provider() -> None:
     """Add the scripted model to litellm's custom providers, once, keeping any other entry."""
+    from agents.scripted import PROVIDER, ScriptedLLM
+
+    litellm = _litellm()
     for item in litellm.custom_provider_map:
-        if item.get("provider") == SCRIPTED_PROVIDER:
+        if item.get("provider") == PROVIDER:
             return
-    litellm.custom_provider_map.append(
-        {"provider": SCRIPTED_PROVIDER, "custom_handler": ScriptedLLM()}
-    )
-
-
-register_scripted_provider()
+    litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": ScriptedLLM()})
 
 
 class LLMError(Exception):
@@ -121,6 +130,8 @@ def default_model() -> str:
 
 def _script_error(exc: BaseException) -> ScriptError | None:
     """The ScriptError behind litellm's mapped exception, if the scripted model raised one."""
+    from agents.scripted import ScriptError
+
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, ScriptError):
@@ -133,12 +144,12 @@ def _script_error(exc: BaseException) -> ScriptError | None:
 def is_retryable(exc: BaseException) -> bool:
     if _script_error(exc) is not None:
         return False
-    if isinstance(exc, TRANSIENT_ERRORS):
+    if isinstance(exc, _transient_errors()):
         return True
     # A generic litellm.APIError still says what the server answered.
     status = getattr(exc, "status_code", None)
     return (
-        isinstance(exc, _exc.APIError)
+        isinstance(exc, _litellm().exceptions.APIError)
         and isinstance(status, int)
         and (status in (408, 429) or status >= 500)
     )
@@ -147,6 +158,7 @@ def is_retryable(exc: BaseException) -> bool:
 def error_kind(exc: BaseException) -> str:
     if _script_error(exc) is not None:
         return "script"
+    _exc = _litellm().exceptions
     # Timeout first: it is also an (openai) APIConnectionError.
     kinds = (
         (_exc.Timeout, "timeout"),
@@ -198,7 +210,7 @@ def complete(
     `backoff * 2**n` seconds before retry n+1; anything else fails at once. Raises `LLMError`.
     `metadata` (e.g. a `run_id`) reaches callbacks and the scripted model with `agent_id`."""
     model = model or default_model()
-    register_scripted_provider()  # in case someone replaced litellm.custom_provider_map
+    register_scripted_provider()  # first call, or someone replaced litellm.custom_provider_map
     kwargs: dict[str, Any] = {
         "model": model,
         "messages": list(messages),
@@ -218,7 +230,7 @@ def complete(
     attempts = max(0, max_retries) + 1
     for attempt in range(1, attempts + 1):
         try:
-            response = litellm.completion(**kwargs)
+            response = _litellm().completion(**kwargs)
         except Exception as exc:  # litellm maps provider errors to its exception classes
             retryable = is_retryable(exc)
             message = _describe(exc, model)

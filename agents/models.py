@@ -7,8 +7,13 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 
 from a2a.models import A2AMessage
+from a2a.schemas import json_path
+from mcplet_host.authority import Authority
 from passkey.models import Ceremony
 from pools.models import Pool
 
@@ -53,7 +58,8 @@ class Agent(models.Model):
         max_length=200,
         blank=True,
         help_text="A litellm model string (e.g. openai/gpt-4o, anthropic/claude-sonnet-4-6) or "
-        "scripted/<script> for the offline scripted model. Empty: MCPLET_LLM_MODEL.",
+        "scripted/NAME for the offline scripted model playing the script NAME.yaml (e.g. "
+        "scripted/reference). Empty: MCPLET_LLM_MODEL.",
     )
     hands_off_to = models.ForeignKey(
         "self",
@@ -186,6 +192,19 @@ class Agent(models.Model):
         held = Pool.objects.filter(agents__in=self.callable_agents.all())
         return list(self.accessible_pools.exclude(pk__in=held).values_list("name", flat=True))
 
+    def parameters_problem(self, parameters):
+        """§18.4: where and why task `parameters` break this agent's inputSchema, as (JSON path
+        in the task request, message), or None when they match (or it declares none)."""
+        schema = self.input_schema
+        if not schema:
+            return None
+        validator = validator_for(schema, Draft202012Validator)(schema)
+        problem = best_match(validator.iter_errors(parameters))
+        if problem is None:
+            return None
+        path = json_path(["payload", "parameters", *problem.absolute_path])
+        return path, f"{problem.message} (the inputSchema of {self.agent_id}, §18.4)"
+
     def card(self):
         """The agent's §18.2 card."""
         card = {"agentId": self.agent_id, "displayName": self.display_name, "version": self.version}
@@ -207,17 +226,21 @@ class AgentRun(models.Model):
         RUNNING = "running"
         AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
         SUCCESS = "success"
-        ERROR = "error"
-        TIMEOUT = "timeout"
-        CANCELLED = "cancelled"
+        # The values are the A2A statuses (§18); the labels say what happened.
+        ERROR = "error", "Failed"
+        TIMEOUT = "timeout", "Timed out"
+        CANCELLED = "cancelled"  # by someone: an operator's cancel, an approver's Reject
         PARTIAL = "partial"
 
     FINAL = (Status.SUCCESS, Status.ERROR, Status.TIMEOUT, Status.CANCELLED, Status.PARTIAL)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
-    partner = models.ForeignKey(
-        Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="partner_runs"
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Who the run acts for: the partner its workflow started for and the agents "
+        "before it (from its signed task request).",
     )
     request = models.OneToOneField(
         A2AMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="run"
@@ -252,6 +275,10 @@ class AgentRun(models.Model):
     @property
     def is_final(self):
         return self.status in self.FINAL
+
+    @property
+    def authority(self):
+        return Authority.from_json(self.provenance)
 
     @property
     def total_tokens(self):

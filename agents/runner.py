@@ -4,6 +4,11 @@ approval and hand-off, driven from the durable AgentRun so any worker can contin
 Each call to `advance()` moves a run as far as it can — until it finishes, or until it must
 wait for a person (an approval), in which case the worker is released and the gateway's
 continuation (`agents.resume_run`) calls `advance()` again later.
+
+Everything the run does acts under its `authority` (the signed provenance of its task): the
+LLM's tool list, its tool calls, the actions it proposes, its result's approval and the
+hand-off it sends. What the LLM proposes is marked so: on the `app` surface the gateway holds
+every such call for a person, whatever its type.
 """
 
 import json
@@ -28,13 +33,14 @@ RESUME_TASK = "agents.resume_run"
 OUTPUT_RETRIES = 1  # an answer that breaks the output schema is retried once, with the error
 
 
-def start(request, agent, partner=None):
-    """A run for a delivered task request (idempotent: a redelivery finds the same run)."""
+def start(request, agent):
+    """A run for a delivered task request (idempotent: a redelivery finds the same run). It acts
+    with the request's signed provenance, and nothing else."""
     run, _ = AgentRun.objects.get_or_create(
         request=request,
         defaults={
             "agent": agent,
-            "partner": partner,
+            "provenance": request.provenance,
             "context_id": str(request.context_id),
             "parameters": request.parameters,
             "transcript": _opening(agent, request),
@@ -62,7 +68,7 @@ def _opening(agent, request):
 
 
 def advance(run_id):
-    run = AgentRun.objects.select_related("agent", "partner", "request").get(pk=run_id)
+    run = AgentRun.objects.select_related("agent", "request").get(pk=run_id)
     owner = secrets.token_hex(8)
     if not run.claim(owner):
         return run  # finished, waiting, or another worker holds it
@@ -102,9 +108,12 @@ class Loop:
     def advance(self):
         run = self.run
         while run.status == AgentRun.Status.RUNNING:
-            if self._answer_pending_tool_calls() or self._dispatch_actions():
+            if self._answer_pending_tool_calls():
                 return  # waiting for a person
             if run.result is not None:
+                # A result that needs approval is approved before anything it proposes runs.
+                if self._await_result_approval() or self._dispatch_actions():
+                    return  # waiting for a person, or ended
                 self._conclude()
                 return
             if not self._think():
@@ -135,7 +144,7 @@ class Loop:
             return False
         tools = [
             llm.tool_spec(t.name, t.description, t.input_schema)
-            for t in gateway.tools_for(agent, run.partner)
+            for t in gateway.tools_for(agent, run.authority)
         ]
         try:
             reply = llm.complete(
@@ -219,7 +228,8 @@ class Loop:
                     arguments,
                     "model",
                     run.context_id,
-                    partner=run.partner,
+                    authority=run.authority,
+                    proposed_by_model=True,
                     continuation=RESUME_TASK,
                     continuation_ref=ref,
                 )
@@ -235,10 +245,11 @@ class Loop:
     # --- action dispatch (§4.2, §8.2) ------------------------------------------------------------
 
     def _dispatch_actions(self):
-        """Proposed actions in the result run one by one through the gateway on the app surface
-        (so through an approval). True while one waits."""
+        """Proposed actions in the result go one by one through the gateway on the app surface,
+        as proposals of the model: each is held for a person (its own ceremony, with its exact
+        arguments) and runs only as approved. True while one waits."""
         run = self.run
-        if run.result is None or not run.actions and not run.result.get("actions"):
+        if not run.actions and not run.result.get("actions"):
             return False
         if not run.actions:
             run.actions = [
@@ -262,7 +273,8 @@ class Loop:
                     action["arguments"],
                     "app",
                     run.context_id,
-                    partner=run.partner,
+                    authority=run.authority,
+                    proposed_by_model=True,
                     continuation=RESUME_TASK,
                     continuation_ref=ref,
                 )
@@ -279,52 +291,60 @@ class Loop:
 
     # --- the end -------------------------------------------------------------------------------
 
-    def _conclude(self):
+    def _result_approval(self):
+        return Ceremony.objects.filter(continuation_ref=f"{self.run.pk}:result").first()
+
+    def _await_result_approval(self):
+        """A result that needs a person's approval waits for it, proposed actions and all (none
+        has run yet). True while it waits, or when it was declined (the run has ended)."""
         run, agent = self.run, self.agent
+        if not agent.result_needs_approval:
+            return False
+        ceremony = self._result_approval()
+        if ceremony is None:
+            ceremony = Ceremony.open_for_result(
+                agent_id=agent.agent_id,
+                result=run.result,
+                authority=run.authority,
+                trace_id=run.context_id,
+                prompt_message=agent.approval_prompt
+                or f"Approve the result of {agent.display_name}",
+                continuation=RESUME_TASK,
+                continuation_ref=f"{run.pk}:result",
+            )
+            audit.record(
+                "mcplet.approval.requested",
+                actor_type=audit.ActorType.AGENT,
+                actor_id=agent.agent_id,
+                target_tool=ceremony.tool_name,
+                result=audit.PENDING,
+                trace_id=run.context_id,
+                details={
+                    "ceremony": ceremony.token[:8],
+                    "kind": "result",
+                    **run.authority.audit_details(),
+                },
+            )
+        if not ceremony.is_final:
+            return self._wait(ceremony)
+        if ceremony.status != Ceremony.Status.EXECUTED:
+            # Declined, not failed: the approver's Reject cancels the run, expiry times it out.
+            status = DECLINED.get(ceremony.error.get("code"), AgentRun.Status.ERROR)
+            finish(run, status, result=run.result, error=ceremony.error)
+            return True
+        return False
+
+    def _conclude(self):
+        run = self.run
         result = dict(run.result)
         if run.actions:
             done = [a for a in run.actions if "result" in (a.get("outcome") or {})]
             result["actions"] = run.actions
             result["dispatched"] = {"succeeded": len(done), "failed": len(run.actions) - len(done)}
-        if agent.result_needs_approval:
-            ref = f"{run.pk}:result"
-            ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
-            if ceremony is None:
-                ceremony = Ceremony.open_for_result(
-                    agent_id=agent.agent_id,
-                    result=result,
-                    trace_id=run.context_id,
-                    prompt_message=agent.approval_prompt
-                    or f"Approve the result of {agent.display_name}",
-                    continuation=RESUME_TASK,
-                    continuation_ref=ref,
-                )
-                audit.record(
-                    "mcplet.approval.requested",
-                    actor_type=audit.ActorType.AGENT,
-                    actor_id=agent.agent_id,
-                    target_tool=ceremony.tool_name,
-                    result=audit.PENDING,
-                    trace_id=run.context_id,
-                    details={"ceremony": ceremony.token[:8], "kind": "result"},
-                )
-            if not ceremony.is_final:
-                self._wait(ceremony)
-                return
-            if ceremony.status != Ceremony.Status.EXECUTED:
-                finish(
-                    run, AgentRun.Status.CANCELLED, result=result, error=ceremony.result["error"]
-                )
-                return
-            result["approvedAt"] = ceremony.result["approvedAt"]
-        status = AgentRun.Status.SUCCESS
-        if run.actions and result["dispatched"]["failed"]:
-            status = (
-                AgentRun.Status.PARTIAL
-                if result["dispatched"]["succeeded"]
-                else AgentRun.Status.CANCELLED
-            )
-        finish(run, status, result=result)
+        if self.agent.result_needs_approval:
+            result["approvedAt"] = self._result_approval().result["approvedAt"]
+        status, error = _dispatch_outcome(run.actions)
+        finish(run, status, result=result, error=error)
 
     def _wait(self, ceremony):
         run = self.run
@@ -337,9 +357,42 @@ class Loop:
             target_tool=ceremony.tool_name,
             result=audit.PENDING,
             trace_id=run.context_id,
-            details={"run": str(run.pk), "ceremony": ceremony.token[:8]},
+            details={
+                "run": str(run.pk),
+                "ceremony": ceremony.token[:8],
+                **run.authority.audit_details(),
+            },
         )
         return True
+
+
+# A held call a person declined did not fail: the run ends as what happened to it.
+REJECTED_CODE = Ceremony.DECLINED[Ceremony.Status.REJECTED][0]
+EXPIRED_CODE = Ceremony.DECLINED[Ceremony.Status.EXPIRED][0]
+DECLINED = {REJECTED_CODE: AgentRun.Status.CANCELLED, EXPIRED_CODE: AgentRun.Status.TIMEOUT}
+
+
+def _dispatch_outcome(actions):
+    """A run's end from its dispatched actions: success when all succeeded, partial when some
+    did; when none did, failed if one failed (it ran or was refused), else cancelled (the
+    approver rejected) or timed out (nobody approved in time). The error names the first
+    action that did not succeed, a failure before a decline."""
+    missed = [a for a in actions if "result" not in (a.get("outcome") or {})]
+    if not missed:
+        return AgentRun.Status.SUCCESS, None
+    errors = [(a["tool"], (a.get("outcome") or {}).get("error") or {}) for a in missed]
+    failed = [(tool, e) for tool, e in errors if e.get("code") not in DECLINED]
+    tool, first = (failed or errors)[0]
+    message = f"{tool}: {first.get('message', '')}"
+    if len(missed) > 1:
+        message = f"{len(missed)} of {len(actions)} actions did not succeed; first {message}"
+    error = {"code": first.get("code", ""), "message": message}
+    if len(missed) < len(actions):
+        return AgentRun.Status.PARTIAL, error
+    if failed:
+        return AgentRun.Status.ERROR, error
+    rejected = any(e.get("code") == REJECTED_CODE for _, e in errors)
+    return AgentRun.Status.CANCELLED if rejected else AgentRun.Status.TIMEOUT, error
 
 
 def finish(run, status, *, result=None, error=None):
@@ -375,13 +428,18 @@ def finish(run, status, *, result=None, error=None):
                 "status": status,
                 "steps": run.steps,
                 "tokens": run.total_tokens,
+                **run.authority.audit_details(),
                 **({"error": error} if error else {}),
             },
         )
         target = run.agent.hands_off_to
         if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
             bus.send_task(
-                run.agent.agent_id, target.agent_id, run.result, context_id=run.context_id
+                run.agent.agent_id,
+                target.agent_id,
+                run.result,
+                authority=run.authority,
+                context_id=run.context_id,
             )
     return True
 

@@ -11,8 +11,10 @@ from agents.models import Agent
 @shared_task(name="agents.deliver", acks_late=True, ignore_result=True)
 def deliver(message_id, signature):
     """Deliver a local A2A task request — if the host signed it, its sender is a registered
-    internal agent and its recipient exists (§16.4) — and run the recipient on it."""
+    internal agent, its recipient exists (§16.4) and its parameters fit the recipient's
+    inputSchema (§18.4) — and run the recipient on it."""
     request, reason = bus.authenticate(message_id, signature)
+    code = "X_REFUSED"
     if not reason:
         sender = Agent.objects.filter(agent_id=request.sender_id).first()
         recipient = Agent.objects.filter(agent_id=request.recipient_id).first()
@@ -24,11 +26,12 @@ def deliver(message_id, signature):
             reason = f"the recipient {request.recipient_id!r} is not an agent of this host"
         elif not recipient.enabled:
             reason = f"the recipient {request.recipient_id!r} is disabled"
+        elif mismatch := recipient.parameters_problem(request.parameters):
+            reason, code = f"its parameters do not fit: {': '.join(mismatch)}", "VALIDATION_ERROR"
     if reason:
-        bus.refuse(message_id, request, reason)
+        bus.refuse(message_id, request, reason, code)
         return
-    partner = sender if request.external else None
-    run = runner.start(request, recipient, partner)
+    run = runner.start(request, recipient)
     bus.mark_delivered(request)
     runner.advance(run.pk)
 

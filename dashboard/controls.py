@@ -30,14 +30,19 @@ class Done:
         return self.level < messages.WARNING
 
 
-def _record(user, action, *, ok=True, **fields):
+def _record(user, action, *, ok=True, result=None, **fields):
     audit.record(
         f"dashboard.{action}",
         actor_type=audit.ActorType.USER,
         actor_id=user.get_username(),
-        result=audit.SUCCESS if ok else audit.FAILURE,
+        result=result or (audit.SUCCESS if ok else audit.FAILURE),
         **fields,
     )
+
+
+def refuse(user, action, permission):
+    """An operator without the model permission an action needs tried it."""
+    _record(user, action, result=audit.BLOCKED, details={"permission": permission})
 
 
 def run_director(user, director):

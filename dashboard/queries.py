@@ -11,6 +11,7 @@ from django.utils.dateparse import parse_datetime
 from a2a.models import A2AMessage
 from agents.models import Agent, AgentRun
 from mcplet_host import audit, gateway
+from mcplet_host.authority import Authority
 from mcplet_host.models import AuditChainHead, AuditEvent
 from passkey.models import Ceremony
 from pools.models import Mcplet, McpServer, Pool
@@ -47,10 +48,7 @@ def overview():
 
 
 def servers():
-    return McpServer.objects.annotate(
-        accepted=Count("mcplets", filter=Q(mcplets__status=Mcplet.Status.ACCEPTED)),
-        rejected=Count("mcplets", filter=Q(mcplets__status=Mcplet.Status.REJECTED)),
-    )
+    return McpServer.objects.with_tool_counts()
 
 
 @dataclass
@@ -146,15 +144,16 @@ def grants(agents):
             # hold (gateway.tools_for with the partner), so that is what it can reach.
             row.note = "A partner's tasks run on the agents it may call, with the pools both hold."
             for target in agent.callable_agents.all():
-                row.partner_views.append((target, _tools(target, agent, server_names)))
+                authority = Authority.of_partner(agent.agent_id)
+                row.partner_views.append((target, _tools(target, authority, server_names)))
         else:
-            row.tools = _tools(agent, None, server_names)
+            row.tools = _tools(agent, Authority(), server_names)
         rows.append(row)
     return pools, rows
 
 
-def _tools(agent, partner, server_names):
-    tools = list(gateway.tools_for(agent, partner))
+def _tools(agent, authority, server_names):
+    tools = list(gateway.tools_for(agent, authority))
     for tool in tools:
         tool.server_name = server_names.get(tool.server_id, "")
     return tools
@@ -194,6 +193,7 @@ def describe_contexts(rows):
         row["runs"] = sorted(runs.get(str(row["context_id"]), []), key=lambda r: r.started_at)
         row["first"] = first.get(row["context_id"])
         row["state"] = _context_state(row["runs"])
+        row["state_label"] = dict(AgentRun.Status.choices).get(row["state"], row["state"])
     return rows
 
 
@@ -207,7 +207,7 @@ def _context_state(runs):
 
 def context_runs(context_id):
     return AgentRun.objects.filter(context_id=str(context_id)).select_related(
-        "agent", "partner", "waiting_for"
+        "agent", "waiting_for"
     )
 
 

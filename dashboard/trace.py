@@ -154,13 +154,17 @@ def _message_steps(messages):
             parameters = payload.get("parameters") or {}
             label = str(parameters.get("instruction") or ", ".join(parameters) or "task")
             status = "error" if m.state == A2AMessage.State.REFUSED else "ok"
+            try:
+                acts_for = m.authority.describe()
+            except ValueError:  # not one the host wrote: its delivery was refused
+                acts_for = "an unreadable provenance"
             yield Step(
                 m.created_at,
                 "request",
                 m.sender_id,
                 m.recipient_id,
                 label,
-                detail="task request",
+                detail=" · ".join(filter(None, ["task request", acts_for])),
                 status=status,
                 payload=m.body,
             )
@@ -245,8 +249,9 @@ def _event_steps(events, ceremonies, calls):
             took = details.get("duration_ms")
             detail = f"{took:g} ms" if isinstance(took, int | float) else ""
             status = "error" if e.result != "SUCCESS" else "ok"
-            if status == "error" and details.get("code"):
-                detail = " · ".join(filter(None, [details["code"], detail]))
+            if status == "error":  # it ran and failed: say so, and why
+                failure = [details.get("code"), details.get("message")]
+                detail = " · ".join(filter(None, ["failed", *failure, detail]))
             yield Step(
                 e.timestamp,
                 "tool",
@@ -330,6 +335,7 @@ def _ceremony(ceremony):
         "kind": ceremony.kind,
         "tool": ceremony.tool_name,
         "agent": ceremony.agent_id,
+        "asked_by": ceremony.asked_by,
         "arguments": ceremony.arguments,
         "prompt": ceremony.prompt_message,
         "enforcement": ceremony.enforcement,

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("mcplets/", views.mcplets, name="mcplets"),
     path("mcplets/servers/<int:pk>/discover/", views.discover_server, name="discover"),
+    path("mcplets/writing-an-mcplet/", views.writing_an_mcplet, name="writing-an-mcplet"),
     path("agents/", views.agents, name="agents"),
     path("runs/", views.runs, name="runs"),
     path("runs/<uuid:context_id>/", views.run_trace, name="trace"),

@@ -4,6 +4,7 @@ dashboard.controls. Each response carries a CSP that allows this origin's files 
 import json
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
@@ -13,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent, AgentRun
@@ -26,23 +28,44 @@ PER_PAGE = 25
 
 
 def staff_only(view):
-    """Anonymous → the admin login; signed in without staff rights → 403. Never cached, since
-    the pages are live state; the CSP forbids inline script and any other origin."""
+    """Anonymous → the admin login; signed in without staff rights → 403 (a control tried so is
+    audited). Never cached, since the pages are live state; the CSP forbids inline script and
+    any other origin."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         user = request.user
-        if not user.is_authenticated:
-            response = redirect_to_login(request.get_full_path(), reverse("admin:login"))
-        elif not (user.is_active and user.is_staff):
-            response = render(request, "dashboard/forbidden.html", status=403)
-        else:
+        if user.is_authenticated and user.is_active and user.is_staff:
             response = view(request, *args, **kwargs)
+        else:
+            if request.method == "POST":
+                controls.refuse(user, view.__name__, "staff")
+            if not user.is_authenticated:
+                response = redirect_to_login(request.get_full_path(), reverse("admin:login"))
+            else:
+                response = render(request, "dashboard/forbidden.html", status=403)
         response.headers["Content-Security-Policy"] = CSP
         add_never_cache_headers(response)
         return response
 
     return wrapper
+
+
+def needs_permission(permission):
+    """A control changes a model: staff status only shows the pages, the change itself needs
+    Django's permission on that model. Without it: a 403, and an audit event."""
+
+    def decorate(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if not request.user.has_perm(permission):
+                controls.refuse(request.user, view.__name__, permission)
+                return render(request, "dashboard/forbidden.html", status=403)
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def _page(request, rows, per_page=PER_PAGE, param="page"):
@@ -200,10 +223,25 @@ def control(request):
             "nav": "control",
             "directors": queries.director_schedules(),
             "agents": Agent.objects.all(),
-            "servers": McpServer.objects.all(),
+            "servers": McpServer.objects.with_tool_counts(),
             "in_progress": queries.runs_in_progress(),
         },
     )
+
+
+@staff_only
+@require_GET
+def writing_an_mcplet(request):
+    """docs/writing-an-mcplet.md as a page: servers whose tools are rejected link here, and an
+    operator's browser cannot open a path in the repository."""
+    from markdown_it import MarkdownIt  # this page only
+
+    text = (settings.BASE_DIR / "docs" / "writing-an-mcplet.md").read_text(encoding="utf-8")
+    # html=False: raw HTML in the file comes out escaped, and markdown-it refuses javascript:
+    # links, so the output is safe to insert as is.
+    html = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    guide = mark_safe(html)  # noqa: S308
+    return render(request, "dashboard/guide.html", {"nav": "mcplets", "guide": guide})
 
 
 # --- actions (POST, CSRF-checked, audited in dashboard.controls) ------------------------------
@@ -215,6 +253,7 @@ def _flag(request):
 
 @staff_only
 @require_POST
+@needs_permission("agents.change_agent")
 def run_director(request, pk):
     director = get_object_or_404(Agent, pk=pk, kind=Agent.Kind.DIRECTOR)
     return _done(request, controls.run_director(request.user, director))
@@ -222,6 +261,7 @@ def run_director(request, pk):
 
 @staff_only
 @require_POST
+@needs_permission("django_celery_beat.change_periodictask")
 def set_schedule(request, pk):
     director = get_object_or_404(Agent.objects.select_related("schedule"), pk=pk)
     return _done(request, controls.set_schedule(request.user, director, _flag(request)))
@@ -229,6 +269,7 @@ def set_schedule(request, pk):
 
 @staff_only
 @require_POST
+@needs_permission("agents.change_agent")
 def set_agent_enabled(request, pk):
     agent = get_object_or_404(Agent, pk=pk)
     return _done(request, controls.set_agent_enabled(request.user, agent, _flag(request)))
@@ -236,6 +277,7 @@ def set_agent_enabled(request, pk):
 
 @staff_only
 @require_POST
+@needs_permission("pools.change_mcpserver")
 def set_server_enabled(request, pk):
     server = get_object_or_404(McpServer, pk=pk)
     return _done(request, controls.set_server_enabled(request.user, server, _flag(request)))
@@ -243,6 +285,7 @@ def set_server_enabled(request, pk):
 
 @staff_only
 @require_POST
+@needs_permission("pools.change_mcpserver")
 def discover_server(request, pk):
     server = get_object_or_404(McpServer, pk=pk)
     return _done(request, controls.discover_server(request.user, server), "dashboard:mcplets")
@@ -250,6 +293,7 @@ def discover_server(request, pk):
 
 @staff_only
 @require_POST
+@needs_permission("agents.change_agentrun")
 def cancel_run(request, pk):
     run = get_object_or_404(AgentRun.objects.select_related("agent"), pk=pk)
     return _done(request, controls.cancel_run(request.user, run))

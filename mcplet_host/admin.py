@@ -48,11 +48,12 @@ class IssuedSecretAdmin(admin.ModelAdmin):
                 "opts": self.model._meta,
                 "issued": obj,
                 "raw": request._issued_secret,
-                "title": f"{self.model._meta.verbose_name.capitalize()} created",
+                "title": f"{self.model._meta.verbose_name.capitalize()} created for "
+                f"{getattr(obj, self.owner)}",
             },
         )
 
-    @admin.action(description="Revoke the selected %(verbose_name_plural)s")
+    @admin.action(description="Revoke the selected %(verbose_name_plural)s", permissions=["change"])
     def revoke_selected(self, request, queryset):
         count = 0
         for issued in queryset.filter(revoked_at__isnull=True):

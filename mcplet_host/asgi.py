@@ -8,15 +8,15 @@ django_asgi_app = get_asgi_application()
 # Imported once Django is set up (they load models).
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 import dashboard.routing  # noqa: E402
+from mcplet_host.middleware import SameOriginWebsocketValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # The Origin must be one of ALLOWED_HOSTS: another site cannot ride the session cookie.
-        "websocket": AllowedHostsOriginValidator(
+        # The page's own origin (port included): another site cannot ride the session cookie.
+        "websocket": SameOriginWebsocketValidator(
             AuthMiddlewareStack(URLRouter(dashboard.routing.websocket_urlpatterns))
         ),
     }

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from mcplet_host.models import GENESIS_HASH, AuditChainHead, AuditEvent
 from mcplet_host.signals import audit_recorded
+from mcplet_host.storable import printable
 
 EventType = AuditEvent.EventType
 ActorType = AuditEvent.ActorType
@@ -30,17 +31,18 @@ def event(
     trace_id="",
     details=None,
 ):
-    """An unsaved event, for `record_many()`."""
+    """An unsaved event, for `record_many()`. Hostile text (a refused tool name, a path holding
+    NUL) is written out, so that recording a refusal never fails."""
     return AuditEvent(
-        trace_id=trace_id or "",
+        trace_id=printable(trace_id or ""),
         event_type=str(event_type),
         actor_type=str(actor_type),
-        actor_id=actor_id or "",
-        target_server=target_server or "",
-        target_tool=target_tool or "",
+        actor_id=printable(actor_id or ""),
+        target_server=printable(target_server or ""),
+        target_tool=printable(target_tool or ""),
         result=result,
         # Stored as JSON, so hash what the database will give back.
-        details=json.loads(json.dumps(details or {}, cls=DjangoJSONEncoder)),
+        details=json.loads(json.dumps(printable(details or {}), cls=DjangoJSONEncoder)),
     )
 
 

@@ -64,6 +64,10 @@ def env_url(name, schemes, default=MISSING):
     if value is None:
         return None
     parsed = urlparse(value)
+    try:
+        parsed.port  # noqa: B018 (raises on a port out of range or not a number)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a valid URL: {exc}.") from None
     if parsed.scheme not in schemes or not (parsed.netloc or parsed.path):
         raise ImproperlyConfigured(
             f"{name}={value!r} is not a valid URL: expected a {' or '.join(schemes)} URL."

@@ -1,6 +1,10 @@
-"""The gateway: the one enforcement point every MCPlet call passes (DESIGN.md, "One tool call,
-end to end"). Checks run in order — routable, surface, pool grants, pool policy, arguments,
-approval — each refusal an MCPlet error envelope (§9.1) and an audit event."""
+"""The gateway: the one enforcement point every MCPlet call passes (docs/design.md, "One tool
+call, end to end"). Checks run in order — routable, surface, pool grants, pool policy, arguments,
+approval — each refusal an MCPlet error envelope (§9.1) and an audit event.
+
+Every call comes with the `Authority` it acts under (mcplet_host.authority): its effective
+grants are the calling agent's pools ∩ the pools of every external principal in it, and every
+audit event names who acts, for whom and through whom."""
 
 import json
 import time
@@ -13,16 +17,17 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
-from mcp.shared.exceptions import MCPError
 
-from mcplet_host import audit
+from mcplet_host import audit, storable
+from mcplet_host.authority import HOST
 from mcplets import ErrorCode, error, ok
 from passkey.models import Ceremony
-from pools.mcp_client import ServerConfig, ServerUnreachable
+from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
 from pools.sessions import sessions
 
 SURFACES = ("model", "app")
+OUTCOME_UNKNOWN = "X_OUTCOME_UNKNOWN"
 
 
 @dataclass
@@ -53,8 +58,9 @@ def _granted(agent):
     return agent.accessible_pools.through.objects.filter(agent_id=agent.pk).values("pool_id")
 
 
-def tools_for(agent, partner=None):
-    """What the agent's LLM sees: accepted ∩ model-visible ∩ granted (∩ the partner's grants).
+def tools_for(agent, authority=HOST):
+    """What the agent's LLM sees: accepted ∩ model-visible ∩ granted to the agent ∩ granted to
+    every external principal it acts for.
     One query, a UNION of the pool-less and the granted branch so each uses the
     (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read.
     Sorted here, not in SQL: an ORDER BY name lures SQLite into scanning the name index."""
@@ -62,8 +68,8 @@ def tools_for(agent, partner=None):
     # A join from the grant table, not `pool IN (subquery)`: SQLite's planner scans every
     # MCPlet for the latter, and walks the agent's grants to the pool index for the former.
     granted = visible.filter(pool__agents=agent)
-    if partner is not None:
-        granted = granted.filter(pool__agents=partner)
+    for principal in authority.external_principals:  # one join per principal: an intersection
+        granted = granted.filter(pool__agents__agent_id=principal, pool__agents__enabled=True)
     return sorted(visible.filter(pool__isnull=True).union(granted), key=lambda t: t.name)
 
 
@@ -73,8 +79,8 @@ def tools_for(agent, partner=None):
 def _resolve(tool):
     mcplet = Mcplet.objects.routable().select_related("server", "pool").filter(name=tool).first()
     if mcplet is None:
-        why = Mcplet.objects.filter(name=tool).values_list("status", "rejection_reason").first()
-        detail = f" (it is {why[0]}: {why[1]})" if why else ""
+        known = Mcplet.objects.select_related("pool").filter(name=tool).first()
+        detail = f" ({known.unroutable_reason})" if known else ""
         raise Refusal(
             ErrorCode.NOT_FOUND, f"No MCPlet named {tool!r} is available{detail}.", "routable"
         )
@@ -93,10 +99,21 @@ def _check_surface(mcplet, surface):
         )
 
 
-def _check_grants(mcplet, agent, partner):
-    for holder in (agent, partner):
-        if holder is None:
-            continue
+def _principals(authority):
+    """The external principals' agents, in the authority's order; refused if one is gone."""
+    found = {a.agent_id: a for a in _agents().filter(agent_id__in=authority.external_principals)}
+    for agent_id in authority.external_principals:
+        if agent_id not in found:
+            raise Refusal(
+                "X_ACCESS_DENIED", f"The partner {agent_id} this work acts for is unknown.", "agent"
+            )
+    return [found[agent_id] for agent_id in authority.external_principals]
+
+
+def _check_grants(mcplet, agent, authority):
+    """The calling agent's grants ∩ those of every external principal it acts for (§3.6,
+    §16.1, §16.4: whatever the task's payload says)."""
+    for holder in (agent, *_principals(authority)):
         if not holder.enabled:
             raise Refusal("X_ACCESS_DENIED", f"The agent {holder.agent_id} is disabled.", "agent")
         if mcplet.pool_id and not _granted(holder).filter(pool_id=mcplet.pool_id).exists():
@@ -123,10 +140,11 @@ def _check_policy(mcplet, arguments):
         )
     blocked = pool.disallowed_urls(arguments)
     if blocked:
+        refused = "; ".join(f"{url!r} {why}" for url, why in blocked)
         raise Refusal(
             "X_DOMAIN_NOT_ALLOWED",
-            f"{', '.join(blocked)} is outside the pool {pool.name}'s domain allowlist "
-            f"({', '.join(pool.domain_allowlist)}).",
+            f"The pool {pool.name}'s domain allowlist ({', '.join(pool.domain_allowlist)}) "
+            f"refuses {refused}.",
             "domain_allowlist",
         )
 
@@ -141,10 +159,29 @@ def _check_arguments(mcplet, arguments):
         raise Refusal(ErrorCode.VALIDATION_ERROR, f"{where}: {problem.message}", "arguments")
 
 
-def _check(mcplet_or_name, arguments, agent, partner, surface):
+def _check_input(tool, surface, arguments):
+    """Text no query, row or tool call can carry (NUL, lone surrogates, infinite numbers,
+    nesting past storable.MAX_DEPTH) is refused before any of them."""
+    for what, value in (("tool name", tool), ("surface", surface)):
+        if not isinstance(value, str) or storable.text_problem(value):
+            raise Refusal(
+                ErrorCode.VALIDATION_ERROR, f"The {what} {value!r} is not a usable name.", "input"
+            )
+    unusable = storable.problem(arguments)
+    if unusable:
+        path, why = unusable
+        raise Refusal(
+            ErrorCode.VALIDATION_ERROR,
+            f"The arguments at {path or '(the arguments)'}: {why}.",
+            "input",
+        )
+
+
+def _check(mcplet_or_name, arguments, agent, authority, surface):
+    _check_input(mcplet_or_name, surface, arguments)
     mcplet = _resolve(mcplet_or_name)
     _check_surface(mcplet, surface)
-    _check_grants(mcplet, agent, partner)
+    _check_grants(mcplet, agent, authority)
     _check_arguments(mcplet, arguments)
     _check_policy(mcplet, arguments)  # last: a refused call must not use up the rate limit
     return mcplet
@@ -221,13 +258,16 @@ def _envelope_of(mcplet, result):
 # --- calling ----------------------------------------------------------------------------------
 
 
-def _actor(agent, partner):
-    details = {"partner": partner.agent_id} if partner is not None else {}
-    return {"actor_type": audit.ActorType.AGENT, "actor_id": agent.agent_id}, details
+def _actor(agent_id, authority):
+    """Who acts (the actor), for whom and through whom (the details)."""
+    actor = {"actor_type": audit.ActorType.AGENT, "actor_id": agent_id}
+    return actor, authority.audit_details()
 
 
 def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
-    """Steps 7–9: tools/call with a timeout, the result envelope, the audit event."""
+    """Steps 7–9: tools/call with a timeout, the result envelope, the audit event. A held call
+    (`meta` carries its idempotency key) whose request left but got no answer is outcome-unknown:
+    not retryable, and the host never sends it again."""
     started = time.monotonic()
     if not mcplet.server.enabled:
         envelope = _error(
@@ -238,6 +278,8 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
             retryable=False,
         )
     else:
+        from mcp.shared.exceptions import MCPError  # the MCP SDK loads at the first call
+
         try:
             result = sessions.call_tool(
                 ServerConfig.of(mcplet.server),
@@ -246,10 +288,28 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
                 meta=meta,
                 timeout=settings.MCPLET_TOOL_TIMEOUT,
             )
+        except OutcomeUnknown as exc:
+            held = meta is not None
+            envelope = _error(
+                OUTCOME_UNKNOWN,
+                f"{exc}: the request was sent to the MCP server at {mcplet.server.endpoint} and no "
+                "answer came, so it may have run. "
+                + (
+                    "The host will not send it again: check before running it again (a re-run "
+                    "reuses this call's idempotency key)."
+                    if held
+                    else "Check before calling it again."
+                ),
+                mcplet.name,
+                mcplet,
+                # Only a read is safe to try again (§5: side-effect free, idempotent).
+                retryable=not held and mcplet.mcplet_type == Mcplet.Type.READ,
+            )
         except ServerUnreachable as exc:
+            where = mcplet.server.endpoint  # HTTP failures already name their URL
             envelope = _error(
                 ErrorCode.SERVICE_UNAVAILABLE,
-                str(exc),
+                str(exc) if where in str(exc) else f"{exc} (the MCP server at {where})",
                 mcplet.name,
                 mcplet,
                 retryable=True,
@@ -277,10 +337,15 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
             "mcpletType": mcplet.mcplet_type,
             "pool": mcplet.pool_name,
             "duration_ms": round((time.monotonic() - started) * 1000, 1),
-            **({"code": envelope["error"]["code"]} if failed else {}),
+            **(_failure(envelope) if failed else {}),
         },
     )
     return envelope
+
+
+def _failure(envelope):
+    """What the audit keeps of a failed call: its code, and its message for whoever must act."""
+    return {"code": envelope["error"]["code"], "message": envelope["error"]["message"][:500]}
 
 
 def call_tool(
@@ -290,26 +355,32 @@ def call_tool(
     surface="model",
     trace="",
     *,
-    partner=None,
+    authority=HOST,
+    proposed_by_model=False,
     continuation="",
     continuation_ref="",
 ):
-    """Call one MCPlet for `agent` (for a partner's task: with `partner`'s grants too).
+    """Call one MCPlet for `agent`, acting under `authority` (who the work is for).
 
     Returns an Outcome. An action (or any tool with `_meta.auth`) is not run: it is held as a
-    pending Ceremony; once decided, `continuation` (a Celery task name) is sent
-    `(ceremony id, continuation_ref)`.
+    pending Ceremony; so is every `app`-surface call an LLM proposed (`proposed_by_model`):
+    the app surface means a person, or host code, decided. Once decided, `continuation` (a
+    Celery task name) is sent `(ceremony id, continuation_ref)`.
     """
     arguments = {} if arguments is None else arguments
-    actor, details = _actor(agent, partner)
+    actor, details = _actor(agent.agent_id, authority)
     details["surface"] = surface
+    if proposed_by_model:
+        details["proposed_by"] = f"{agent.agent_id}'s model"
     try:
-        mcplet = _check(tool, arguments, agent, partner, surface)
+        mcplet = _check(tool, arguments, agent, authority, surface)
     except Refusal as refusal:
         hints = {"retryable": refusal.retryable}
         if refusal.retry_after_ms is not None:
             hints["retry_after_ms"] = refusal.retry_after_ms
-        found = Mcplet.objects.routable().filter(name=tool).select_related("server").first()
+        found = None
+        if refusal.rule != "input":
+            found = Mcplet.objects.routable().filter(name=tool).select_related("server").first()
         audit.record(
             audit.EventType.TOOL_BLOCKED,
             **actor,
@@ -324,15 +395,17 @@ def call_tool(
                 "message": refusal.message,
             },
         )
-        return Outcome("refused", _error(refusal.code, refusal.message, str(tool), found, **hints))
+        tool_id = storable.printable(str(tool))
+        return Outcome("refused", _error(refusal.code, refusal.message, tool_id, found, **hints))
 
-    if mcplet.needs_approval:
+    if mcplet.needs_approval or (surface == "app" and proposed_by_model):
         with transaction.atomic():
             ceremony = Ceremony.open(
                 mcplet=mcplet,
                 arguments=arguments,
                 agent_id=agent.agent_id,
-                partner_id=partner.agent_id if partner else "",
+                authority=authority,
+                proposed_by_model=proposed_by_model,
                 trace_id=trace,
                 surface=surface,
                 continuation=continuation,
@@ -379,30 +452,35 @@ def resume(ceremony_id):
         ceremony.save(update_fields=["status"])
 
     envelope = _run_approved(ceremony)
-    ran = ceremony.status == Ceremony.Status.EXECUTING
-    ceremony.status = Ceremony.Status.EXECUTED if ran else Ceremony.Status.FAILED
+    # Executed means it ran and succeeded: a call refused at the re-check, or one that ran and
+    # returned an error, failed (the approval stands; the call did not do its work). One sent
+    # without an answer may have run: its outcome is unknown, and it stays so.
+    code = (envelope.get("error") or {}).get("code")
+    if code == OUTCOME_UNKNOWN:
+        ceremony.status = Ceremony.Status.OUTCOME_UNKNOWN
+    else:
+        ceremony.status = Ceremony.Status.FAILED if code else Ceremony.Status.EXECUTED
     ceremony.result, ceremony.executed_at = envelope, timezone.now()
     ceremony.save(update_fields=["status", "result", "executed_at"])
     return _finish(ceremony)
 
 
 def _run_approved(ceremony):
-    actor = {"actor_type": audit.ActorType.AGENT, "actor_id": ceremony.agent_id}
-    details = {
+    authority = ceremony.authority
+    actor, details = _actor(ceremony.agent_id, authority)
+    details |= {
         "surface": ceremony.surface,
         "ceremony": ceremony.token[:8],
         "approved_by": getattr(ceremony.decided_by, "username", ""),
     }
-    if ceremony.partner_id:
-        details["partner"] = ceremony.partner_id
     assertion = ceremony.take_assertion()
     try:
         # The registry or the grants may have changed while the call waited: check again.
         mcplet = _check(
             ceremony.tool_name,
             ceremony.arguments,
-            _load_agent(ceremony.agent_id),
-            _load_agent(ceremony.partner_id),
+            _agents().get(agent_id=ceremony.agent_id),
+            authority,
             ceremony.surface,
         )
         if ceremony.enforcement == Ceremony.Enforcement.STRICT and assertion is None:
@@ -412,7 +490,6 @@ def _run_approved(ceremony):
                 "assertion",
             )
     except Refusal as refusal:
-        ceremony.status = Ceremony.Status.FAILED
         audit.record(
             audit.EventType.TOOL_BLOCKED,
             **actor,
@@ -436,11 +513,9 @@ def _run_approved(ceremony):
     )
 
 
-def _load_agent(agent_id):
-    """An agent by id, for a resumed call, without the gateway importing the agents room."""
-    if not agent_id:
-        return None
-    return apps.get_model("agents", "Agent").objects.get(agent_id=agent_id)
+def _agents():
+    """Agents by id (a resumed call, a partner), without the gateway importing the agents room."""
+    return apps.get_model("agents", "Agent").objects.all()
 
 
 def _finish(ceremony):

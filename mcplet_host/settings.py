@@ -36,8 +36,9 @@ DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+# No "daphne" app: it only replaces runserver (the host runs with runhost, or daphne itself), and
+# it would import Twisted into every manage.py command (bench/startup.py).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -64,6 +65,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "mcplet_host.middleware.RefuseNulMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -179,9 +181,15 @@ MCPLET_LLM_MODEL = env_str("MCPLET_LLM_MODEL", "scripted/reference")
 # Where the offline scripted model finds `scripted/<name>` scripts (comma-separated).
 MCPLET_SCRIPT_DIRS = env_list("MCPLET_SCRIPT_DIRS", [str(BASE_DIR / "agents" / "scripts")])
 
+# The port `runhost` serves (its --port, passed on by manage.py): by default the host's own
+# address, http://localhost:<port>, is where approvers register passkeys and approve.
+MCPLET_PORT = env_int("MCPLET_PORT", 8000, minimum=1)
 PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
 PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")
-PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), "http://localhost:8000")
+PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), f"http://localhost:{MCPLET_PORT}")
+# Where the stdio MCPlets the host launches verify passkey assertions (their MCPLET_VERIFY_URL,
+# unless a server sets its own); unset: this host's endpoint at PASSKEY_ORIGIN.
+MCPLET_VERIFY_URL = env_url("MCPLET_VERIFY_URL", ("http", "https"), None)
 PASSKEY_RP_NAME = env_str("PASSKEY_RP_NAME", "MCPlet Host")
 # How long a held tool call waits for a person before it expires (the WebAuthn challenge itself
 # lives < 60 s and is fetched only when the approver presses Approve).
@@ -225,10 +233,18 @@ LOGGING = {
     "loggers": {
         "LiteLLM": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},  # the MCP SDK's client: a line per request otherwise
         "mcplets.restaurant.backend": {"level": "WARNING"},
     },
 }
 
+# §16.3: localhost mode serves each ceremony's page on its own loopback port, whose origin
+# (http://localhost:PORT) WebAuthn accepts only for the rpId `localhost`.
+if PASSKEY_MODE == "localhost" and PASSKEY_RP_ID != "localhost":
+    raise ImproperlyConfigured(
+        f"PASSKEY_RP_ID={PASSKEY_RP_ID!r} must be 'localhost' when PASSKEY_MODE=localhost "
+        "(§16.3: the page is served on a loopback port); use PASSKEY_MODE=https for another rpId."
+    )
 _origin_host = urlparse(PASSKEY_ORIGIN).hostname or ""
 if not (_origin_host == PASSKEY_RP_ID or _origin_host.endswith("." + PASSKEY_RP_ID)):
     raise ImproperlyConfigured(

@@ -1,16 +1,21 @@
 """The §9.1 tool result envelope and its error codes."""
 
+from __future__ import annotations
+
 import enum
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
-from mcp_types import CallToolResult, TextContent
+
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult
 
 MCPLET_TYPES = ("read", "prepare", "action")
 VISIBILITIES = (["model"], ["app"], ["model", "app"])
+AUTH_ENFORCEMENTS = ("strict", "host-only")
 
 
 class ErrorCode(enum.StrEnum):
@@ -37,6 +42,8 @@ class Envelope(dict):
         return "error" in self
 
     def to_call_tool_result(self) -> CallToolResult:
+        from mcp_types import CallToolResult, TextContent  # only MCPlet servers need it
+
         return CallToolResult(
             content=[TextContent(type="text", text=self.text)],
             structured_content=dict(self),

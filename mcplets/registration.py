@@ -18,6 +18,7 @@ from mcp.server.mcpserver.utilities.context_injection import find_context_parame
 from mcp_types import CallToolResult
 
 from mcplets.envelope import (
+    AUTH_ENFORCEMENTS,
     MCPLET_TYPES,
     VISIBILITIES,
     Envelope,
@@ -30,7 +31,6 @@ from mcplets.envelope import (
 
 logger = logging.getLogger(__name__)
 
-AUTH_ENFORCEMENTS = ("strict", "host-only")
 DISPLAY_MODES = ("inline", "fullscreen", "pip", "llm-inline", "llm-fullscreen", "llm-pip")
 
 

@@ -59,6 +59,7 @@ def verify_assertion(
             "this tool needs a Passkey assertion in params._meta.mcplet_auth",
             **identity,
         )
+    setting = "" if url else f" (set in {URL_ENV})"
     url = url or os.environ.get(URL_ENV, "")
     token = token if token is not None else os.environ.get(TOKEN_ENV, "")
     if not url.startswith(("http://", "https://")):
@@ -81,11 +82,17 @@ def verify_assertion(
     except urllib.error.HTTPError as exc:
         status, answer = exc.code, _json(exc.read())
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        return _unavailable(f"the verify-assertion endpoint is unreachable: {exc}", identity)
+        reason = getattr(exc, "reason", exc)  # URLError wraps the socket's error
+        return _unavailable(
+            f"the verify-assertion endpoint {url}{setting} is unreachable: {reason}",
+            identity,
+        )
     if status == 200 and answer.get("verified") is True:
         return None
     if status >= 500 or not isinstance(answer.get("verified"), bool):
-        return _unavailable(f"the verify-assertion endpoint answered HTTP {status}", identity)
+        return _unavailable(
+            f"the verify-assertion endpoint {url}{setting} answered HTTP {status}", identity
+        )
     reason = answer.get("reason") or "refused"
     message = answer.get("message") or "the host did not verify the passkey assertion"
     return error(ErrorCode.AUTH_FAILED, f"{reason}: {message}", **identity)

@@ -22,14 +22,13 @@ class CeremonyAdmin(admin.ModelAdmin):
         "decided_by",
     ]
     list_filter = ["status", "enforcement", "tool_name", "agent_id"]
-    search_fields = ["tool_name", "agent_id", "partner_id", "trace_id", "token"]
+    search_fields = ["tool_name", "agent_id", "provenance__partner", "trace_id", "token"]
     date_hierarchy = "created_at"
     actions = ["reject"]
     fields = [
         "tool_name",
         "server_name",
-        "agent_id",
-        "partner_id",
+        "asked_by",
         "surface",
         "arguments_json",
         "prompt_message",
@@ -71,7 +70,13 @@ class CeremonyAdmin(admin.ModelAdmin):
     def result_json(self, obj):
         return format_html("<pre>{}</pre>", json.dumps(obj.result, indent=2, ensure_ascii=False))
 
-    @admin.action(description="Reject the selected pending calls (nothing runs)")
+    def has_reject_permission(self, request):
+        # Calls are never edited here, but rejecting one is a change: who may change calls may.
+        return super().has_change_permission(request)
+
+    @admin.action(
+        description="Reject the selected pending calls (nothing runs)", permissions=["reject"]
+    )
     def reject(self, request, queryset):
         rejected = sum(
             c.decline(Ceremony.Status.REJECTED, request.user) for c in queryset.pending()
@@ -99,7 +104,7 @@ class PasskeyCredentialAdmin(admin.ModelAdmin):
     def state(self, obj):
         return obj.state
 
-    @admin.action(description="Revoke the selected passkeys")
+    @admin.action(description="Revoke the selected passkeys", permissions=["change"])
     def revoke(self, request, queryset):
         count = sum(passkey.revoke(by=request.user) for passkey in queryset)
         self.message_user(request, f"{count} passkey(s) revoked.", messages.SUCCESS)

@@ -29,6 +29,7 @@ from webauthn.helpers.structs import (
 )
 
 from mcplet_host import audit
+from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey import assertions
 from passkey.assertions import Refused
@@ -64,6 +65,7 @@ def audit_refusal(stage, refusal, *, ceremony=None, user=None, server=None, tool
     details = {"stage": stage, "reason": refusal.reason}
     if ceremony is not None:
         details |= {"ceremony": ceremony.token[:8], "agent": ceremony.agent_id}
+        details |= ceremony.authority.audit_details()
     audit.record(
         REFUSED_EVENT,
         **actor,
@@ -326,6 +328,9 @@ class Ceremony(models.Model):
         REJECTED = "rejected"
         EXPIRED = "expired"
         FAILED = "failed"
+        # Sent, and then no answer (a timeout, a lost connection): it may have run. Never
+        # retried by the host; a person checks, and a re-run reuses this call's idempotency key.
+        OUTCOME_UNKNOWN = "outcome_unknown", "outcome unknown"
 
     class Enforcement(models.TextChoices):
         STRICT = "strict", "strict (the MCPlet verifies the passkey assertion)"
@@ -335,7 +340,13 @@ class Ceremony(models.Model):
         TOOL_CALL = "tool_call", "a tool call"
         RESULT = "result", "an agent's result (e.g. a plan) before its hand-off"
 
-    FINAL = (Status.EXECUTED, Status.REJECTED, Status.EXPIRED, Status.FAILED)
+    FINAL = (
+        Status.EXECUTED,
+        Status.REJECTED,
+        Status.EXPIRED,
+        Status.FAILED,
+        Status.OUTCOME_UNKNOWN,
+    )
     DECLINED = {
         Status.REJECTED: ("X_APPROVAL_REJECTED", "The approver rejected this; nothing ran."),
         Status.EXPIRED: ("X_APPROVAL_EXPIRED", "Nobody approved this in time; nothing ran."),
@@ -347,7 +358,15 @@ class Ceremony(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     # Who asks: ids, not foreign keys, because the passkey room does not depend on agents.
     agent_id = models.CharField(max_length=100)
-    partner_id = models.CharField(max_length=100, blank=True)
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Who the call acts for: the partner its workflow started for and the agents "
+        "before the asking one (mcplet_host.authority).",
+    )
+    proposed_by_model = models.BooleanField(
+        default=False, help_text="The asking agent's LLM proposed this call (not host code)."
+    )
     trace_id = models.CharField(max_length=64, blank=True, db_index=True)
     mcplet = models.ForeignKey("pools.Mcplet", null=True, on_delete=models.SET_NULL)
     server_name = models.CharField(max_length=100, blank=True)
@@ -389,7 +408,8 @@ class Ceremony(models.Model):
         mcplet,
         arguments,
         agent_id,
-        partner_id="",
+        authority=HOST,
+        proposed_by_model=False,
         trace_id="",
         surface="model",
         continuation="",
@@ -399,7 +419,8 @@ class Ceremony(models.Model):
             token=secrets.token_urlsafe(24),
             nonce=secrets.token_hex(32),
             agent_id=agent_id,
-            partner_id=partner_id,
+            provenance=authority.to_json(),
+            proposed_by_model=proposed_by_model,
             trace_id=trace_id,
             mcplet=mcplet,
             server_name=mcplet.server.name,
@@ -417,7 +438,15 @@ class Ceremony(models.Model):
 
     @classmethod
     def open_for_result(
-        cls, *, agent_id, result, prompt_message, trace_id="", continuation="", continuation_ref=""
+        cls,
+        *,
+        agent_id,
+        result,
+        prompt_message,
+        authority=HOST,
+        trace_id="",
+        continuation="",
+        continuation_ref="",
     ):
         """Hold an agent's result for a person's confirmation (host-only: no tool runs)."""
         name = f"approve result of {agent_id}"
@@ -426,6 +455,8 @@ class Ceremony(models.Model):
             token=secrets.token_urlsafe(24),
             nonce=secrets.token_hex(32),
             agent_id=agent_id,
+            provenance=authority.to_json(),
+            proposed_by_model=True,
             trace_id=trace_id,
             tool_name=name,
             surface="app",
@@ -441,6 +472,35 @@ class Ceremony(models.Model):
     @property
     def is_final(self):
         return self.status in self.FINAL
+
+    @property
+    def outcome(self):
+        """The state as a person names it: approved results were handed on, not executed."""
+        if self.kind == self.Kind.RESULT and self.status == self.Status.EXECUTED:
+            return "approved"
+        return self.get_status_display()
+
+    @property
+    def authority(self):
+        return Authority.from_json(self.provenance)
+
+    @property
+    def partner_id(self):
+        """The partner the call acts for ("" if none), for pages and filters."""
+        return self.authority.partner
+
+    @property
+    def asked_by(self):
+        """E.g. "dispatch-agent's model, on behalf of acme-travel, via director → info-…"."""
+        who = f"{self.agent_id}'s model" if self.proposed_by_model else self.agent_id
+        chain = self.authority.describe()
+        return f"{who}, {chain}" if chain else who
+
+    @property
+    def error(self):
+        """The error of a decided call ({code, message}), or None."""
+        error = (self.result or {}).get("error") if isinstance(self.result, dict) else None
+        return error if isinstance(error, dict) else None
 
     @property
     def is_overdue(self):
@@ -518,6 +578,7 @@ class Ceremony(models.Model):
                 "ceremony": self.token[:8],
                 "status": self.status,
                 "agent": self.agent_id,
+                **self.authority.audit_details(),
                 "arguments_hash": self.arguments_hash,
             },
         )

@@ -130,7 +130,8 @@ def _next(request):
 @require_GET
 def register(request):
     passkeys = PasskeyCredential.objects.filter(user=request.user)
-    return render(request, "passkey/register.html", {"passkeys": passkeys, "next": _next(request)})
+    context = {"passkeys": passkeys, "next": _next(request), "host": _host(request)}
+    return render(request, "passkey/register.html", context)
 
 
 @passkey_page
@@ -171,13 +172,20 @@ def ceremony(request, token):
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
     if pending and not can_approve and (live := loopback.live_url(token)):
         return redirect(live)
+    arguments = ceremony.arguments
+    if not isinstance(arguments, dict):
+        arguments = {"(value)": arguments}
     context = {
         "ceremony": ceremony,
         "state": _state(ceremony),
         "can_approve": can_approve,
         "has_passkey": PasskeyCredential.objects.active().filter(user=request.user).exists(),
-        "arguments": _arguments(ceremony.arguments),
+        # Pairs, not the dict: a template would read an argument named "items" as the method.
+        "arguments": list(arguments.items()),
         "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+        "host": _host(request),
+        # Back here after registering: the host's link leads on to the live loopback page.
+        "back": ceremony.get_absolute_url(),
     }
     return render(request, "passkey/ceremony.html", context)
 
@@ -257,22 +265,15 @@ def _state(ceremony):
         return "expired" if ceremony.is_overdue else "pending"
     if ceremony.status in (Ceremony.Status.REJECTED, Ceremony.Status.EXPIRED):
         return ceremony.status
+    if ceremony.status in (Ceremony.Status.FAILED, Ceremony.Status.OUTCOME_UNKNOWN):
+        return "failed"  # approved, but the call did not do its work (or may not have)
     return "approved"
 
 
-def _arguments(arguments):
-    """Rows for the page: each argument as text, a list, or JSON — shown exactly."""
-    if not isinstance(arguments, dict):
-        arguments = {"(value)": arguments}
-    rows = []
-    for name, value in arguments.items():
-        if isinstance(value, str):
-            rows.append((name, "text", value))
-        elif isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
-            rows.append((name, "list", value))
-        else:
-            rows.append((name, "json", json.dumps(value, indent=2, ensure_ascii=False)))
-    return rows
+def _host(request):
+    """The host's own origin for links from a loopback page (which serves one approval and
+    closes), else "" (the links stay on this origin)."""
+    return settings.PASSKEY_ORIGIN.rstrip("/") if request.META.get(loopback.ORIGIN_KEY) else ""
 
 
 # --- server to server -------------------------------------------------------------------------

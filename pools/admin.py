@@ -1,6 +1,7 @@
 from django.contrib import admin, messages
 from django.db.models import Count, Q
-from django.utils.html import format_html
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from pools.discovery import discover
 from pools.forms import McpServerForm
@@ -67,11 +68,17 @@ class McpServerAdmin(admin.ModelAdmin):
         "enabled",
         "status_badge",
         "last_discovery_at",
-        "last_error_short",
+        "problem",
     ]
     list_filter = ["transport", "enabled", "status"]
     search_fields = ["name", "url", "command"]
-    readonly_fields = ["status", "last_error", "last_discovery_at", "created_at"]
+    readonly_fields = [
+        "status_badge",
+        "rejections",
+        "last_error",
+        "last_discovery_at",
+        "created_at",
+    ]
     inlines = [McpletInline]
     actions = ["discover_now"]
     fieldsets = [
@@ -80,11 +87,13 @@ class McpServerAdmin(admin.ModelAdmin):
         ("streamable HTTP", {"fields": ["url", "headers"]}),
         (
             "State (MGP §11.2 lifecycle)",
-            {"fields": ["status", "last_error", "last_discovery_at", "created_at"]},
+            {"fields": readonly_fields},
         ),
     ]
 
-    @admin.action(description="Discover now (connect, list and validate the tools)")
+    @admin.action(
+        description="Discover now (connect, list and validate the tools)", permissions=["change"]
+    )
     def discover_now(self, request, queryset):
         for server in queryset:
             try:
@@ -95,14 +104,39 @@ class McpServerAdmin(admin.ModelAdmin):
                 level = messages.WARNING if report.rejected else messages.SUCCESS
                 self.message_user(request, str(report), level)
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).with_tool_counts()
+
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):
-        colour = {"connected": "green", "error": "#ba2121"}.get(obj.status, "#666")
-        return format_html('<strong style="color:{}">{}</strong>', colour, obj.get_status_display())
+        colour = {"connected": "green", "error": "#ba2121", obj.WARNING: "#9a5b00"}
+        return format_html(
+            '<strong style="color:{}">{}</strong>', colour.get(obj.state, "#666"), obj.state_label
+        )
 
-    @admin.display(description="last error")
-    def last_error_short(self, obj):
+    @admin.display(description="problem")
+    def problem(self, obj):
+        """The list's one line on what is wrong: every tool rejected, or the last error."""
+        if obj.all_rejected:
+            return self.rejections(obj)
         return (obj.last_error[:80] + "…") if len(obj.last_error) > 80 else obj.last_error
+
+    @admin.display(description="rejected tools")
+    def rejections(self, obj):
+        if not obj.all_rejected:
+            return "—"
+        reasons = format_html_join(
+            "",
+            "<li>{} ({} tool{})</li>",
+            ((r, n, "s" if n > 1 else "") for r, n in obj.rejection_reasons()),
+        )
+        return format_html(
+            "Every tool it lists was rejected ({}), so none is routable:<ul>{}</ul>A plain MCP "
+            'server declares no MCPlet metadata: see <a href="{}">Writing an MCPlet</a>.',
+            obj.rejected_count,
+            reasons,
+            reverse("dashboard:writing-an-mcplet"),
+        )
 
 
 class VisibilityFilter(admin.SimpleListFilter):

@@ -14,15 +14,20 @@ from django.db import transaction
 from django.utils import timezone
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
-from mcp_types import PaginatedRequestParams
 
-from mcplet_host import audit
-from mcplets import AUTH_ENFORCEMENTS, MCPLET_TYPES, VISIBILITIES
+from mcplet_host import audit, storable
+from mcplets.envelope import AUTH_ENFORCEMENTS, MCPLET_TYPES, VISIBILITIES
 from pools.mcp_client import ServerConfig, ServerUnreachable, describe, open_session
 from pools.models import Mcplet, McpServer, Pool
 
 SCHEMA_FETCH_CONCURRENCY = 16
 ALLOWED_VISIBILITY = [sorted(v) for v in VISIBILITIES]
+# §16.1, verbatim: why a model-visible action must be strict.
+STRICT_FOR_MODEL_ACTIONS = (
+    "\"Backend-enforced authentication (`auth.enforcement: 'strict'`) for `action` type tools "
+    'exposed to the model"'
+)
+MAX_DESCRIPTION = 16_384
 MAX_PAGES = 10_000  # a server that keeps returning cursors is not answering, it is looping
 
 
@@ -35,10 +40,27 @@ class DiscoveredTool:
     meta: object = None  # whatever the server sent as _meta, unvalidated
     result_schema: dict | None = None
     schema_error: str = ""
+    unstorable: str = ""
+
+    def __post_init__(self):
+        """Text no database row can hold (NUL, lone surrogates, nesting past MAX_DEPTH) is a
+        rejection, stored written out; a crash would stop the whole server's discovery."""
+        fields = ["name", "title", "description", "input_schema", "meta"]
+        spoilt = [
+            f"its {name} ({problem[1]})"
+            for name in fields
+            if (problem := storable.problem(getattr(self, name)))
+        ]
+        if spoilt:
+            self.unstorable = f"the host cannot store {', '.join(spoilt)}"
+            for name in fields:
+                setattr(self, name, storable.printable(getattr(self, name)))
 
 
 async def list_all_tools(session):
     """tools/list across every page (cursor pagination)."""
+    from mcp_types import PaginatedRequestParams  # see pools.mcp_client: the SDK loads late
+
     tools, cursor, seen = [], None, set()
     for _ in range(MAX_PAGES):
         params = PaginatedRequestParams(cursor=cursor) if cursor else None
@@ -158,10 +180,16 @@ def classify(tool, pools):
             reasons.append(
                 f"auth.enforcement {auth.get('enforcement')!r} is not strict or host-only (§6.7)"
             )
-    if mcplet_type == "action" and valid_visibility and "model" in visibility and not auth:
-        reasons.append(
-            "it is an action visible to the model without _meta.auth (§5.3.1, §4.2: prohibited)"
-        )
+    if mcplet_type == "action" and valid_visibility and "model" in visibility:
+        if not auth:
+            reasons.append(
+                "it is an action visible to the model without _meta.auth (§5.3.1, §4.2: prohibited)"
+            )
+        elif auth.get("enforcement") == "host-only":
+            reasons.append(
+                "it is an action visible to the model with auth.enforcement 'host-only', not "
+                f"'strict' (§16.1: {STRICT_FOR_MODEL_ACTIONS})"
+            )
 
     pool_name, pool = meta.get("pool"), None
     if pool_name is not None:
@@ -183,6 +211,13 @@ def classify(tool, pools):
         uri = ""
     if tool.schema_error:
         reasons.append(tool.schema_error)
+    if tool.unstorable:
+        reasons.append(tool.unstorable)
+    if len(tool.description) > MAX_DESCRIPTION:
+        reasons.append(
+            f"its description is longer than {MAX_DESCRIPTION} characters (§16.1: payload size "
+            "limits; every LLM request would carry it)"
+        )
 
     auth = auth or {}
     return {
@@ -254,7 +289,8 @@ def _served_elsewhere(server, names):
     taken, names = {}, list(names)
     for start in range(0, len(names), 500):
         rows = (
-            Mcplet.objects.routable()
+            # Accepted, routable or not: the unique constraint is on accepted names.
+            Mcplet.objects.filter(status=Mcplet.Status.ACCEPTED)
             .filter(name__in=names[start : start + 500])
             .exclude(server=server)
             .values_list("name", "server__name")

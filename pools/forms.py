@@ -1,17 +1,37 @@
+import re
 import shlex
+from urllib.parse import urlsplit
 
 from django import forms
 
+from pools.mcp_client import command_problem
 from pools.models import McpServer
 
 MASK = "••••••••"
+# Names that say their value is a credential, whatever it looks like.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|COOKIE|SESSION", re.IGNORECASE)
+
+
+def is_secret(name, value):
+    """Every value is a secret but a plain http(s) URL (no user info, query or fragment, where
+    credentials hide) under a name that does not say otherwise: an address an operator must be
+    able to read back, such as MCPLET_VERIFY_URL."""
+    if SECRET_NAME.search(name):
+        return True
+    try:
+        url = urlsplit(value)
+    except ValueError:
+        return True
+    plain = url.scheme in ("http", "https") and url.hostname
+    return not plain or bool(url.username or url.query or url.fragment)
 
 
 class SecretMappingField(forms.CharField):
-    """Edits a name → secret mapping as lines of text, never showing a saved value again.
+    """Edits a name → value mapping as lines of text, never showing a saved secret again.
 
-    A saved entry is displayed as `NAME<sep> ••••••••`; leaving the mask in place keeps the
-    stored value, typing a new value replaces it, deleting the line removes it.
+    A saved secret is displayed as `NAME<sep> ••••••••` (a plain URL as it is); leaving the mask
+    in place keeps the stored value, typing a new value replaces it, deleting the line removes
+    it.
     """
 
     def __init__(self, separator, **kwargs):
@@ -21,7 +41,10 @@ class SecretMappingField(forms.CharField):
         super().__init__(strip=False, **kwargs)
 
     def masked(self, mapping):
-        return "\n".join(f"{name}{self.separator} {MASK}" for name in mapping)
+        return "\n".join(
+            f"{name}{self.separator} {MASK if is_secret(name, value) else value}"
+            for name, value in mapping.items()
+        )
 
     def parse(self, text, stored):
         mapping = {}
@@ -53,10 +76,13 @@ class McpServerForm(forms.ModelForm):
         "e.g. -m mcplets.restaurant.crm --stdio",
     )
     env = SecretMappingField(
-        "=", help_text="stdio: one NAME=value per line. Saved values are never shown again."
+        "=",
+        help_text="stdio: one NAME=value per line. Saved secrets are never shown again (plain "
+        "URLs are). MCPLET_VERIFY_URL, when not set here, is the host's own.",
     )
     headers = SecretMappingField(
-        ":", help_text="http: one Header: value per line. Saved values are never shown again."
+        ":",
+        help_text="http: one Header: value per line. Saved secrets are never shown again.",
     )
 
     class Meta:
@@ -82,6 +108,18 @@ class McpServerForm(forms.ModelForm):
         return self.fields["headers"].parse(
             self.cleaned_data["headers"], self.instance.headers or {}
         )
+
+    def clean(self):
+        cleaned = super().clean()
+        command = cleaned.get("command")
+        if (
+            cleaned.get("transport") == McpServer.Transport.STDIO
+            and command
+            and {"transport", "command"} & set(self.changed_data)
+            and (problem := command_problem(command))
+        ):
+            self.add_error("command", f"{problem[0].upper()}{problem[1:]} on this host.")
+        return cleaned
 
     def _post_clean(self):
         self.instance.args = self.cleaned_data.get("args_line", self.instance.args)

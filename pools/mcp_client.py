@@ -1,17 +1,22 @@
-"""Client sessions to registered MCP servers (stdio or streamable HTTP), via the `mcp` SDK."""
+"""Client sessions to registered MCP servers (stdio or streamable HTTP), via the `mcp` SDK.
+
+The SDK is imported when a session is opened, not with this module: the admin, the dashboard
+and every manage.py command import the registry, and the SDK takes about a second to import."""
 
 import functools
+import os
+import shlex
+import shutil
 import ssl
 import sys
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 
 import anyio
-import httpx2
 from django.conf import settings
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from django.urls import reverse
 
 # `python` in a stdio command means the host's own interpreter, so `python -m mcplets...` runs
 # with the host's packages whatever the PATH of the process that launched the host.
@@ -33,20 +38,39 @@ class ServerConfig:
 
     @classmethod
     def of(cls, server):
+        env = server.env or {}
+        # The kit's module loads the MCP SDK: imported here, not at the host's start-up.
+        from mcplets.verify import URL_ENV
+
+        if server.transport == server.Transport.STDIO and URL_ENV not in env:
+            env = {**env, URL_ENV: verify_url()}
         return cls(
             id=server.pk,
             name=server.name,
             transport=server.transport,
             command=server.command,
             args=tuple(server.args or ()),
-            env=tuple(sorted((server.env or {}).items())),
+            env=tuple(sorted(env.items())),
             url=server.url,
             headers=tuple(sorted((server.headers or {}).items())),
         )
 
 
+def verify_url():
+    """Where a stdio MCPlet the host launches verifies passkey assertions, unless its server
+    sets its own: MCPLET_VERIFY_URL, or this host's endpoint at its passkey origin. Derived at
+    launch, so a row never keeps an address the host no longer serves."""
+    origin = settings.PASSKEY_ORIGIN.rstrip("/")
+    return settings.MCPLET_VERIFY_URL or origin + reverse("passkey:verify-assertion")
+
+
 class ServerUnreachable(Exception):
     """The server could not be reached or did not answer; the message says why."""
+
+
+class OutcomeUnknown(ServerUnreachable):
+    """The request was sent, and then no answer came (a timeout, a lost connection): the tool
+    may have run. Never to be re-sent by the host as if nothing had happened."""
 
 
 def first_leaf(exc):
@@ -64,7 +88,74 @@ def describe(exc):
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     text = str(exc) or repr(exc)
+    if refused := _connection_error(exc):  # "All connection attempts failed" says less
+        text = os.strerror(refused.errno)
     return f"{type(exc).__name__}: {text}"
+
+
+def _connection_error(exc):
+    """The ConnectionError (refused, reset...) behind a client library's own exception."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConnectionError) and exc.errno:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _http_problem(url, responses, exc):
+    """Why an HTTP server did not open a session, naming the URL and what it answered."""
+    if responses:
+        response = responses[-1]
+        if response.status_code >= 400:
+            return f"{url} answered HTTP {response.status_code} {response.reason_phrase}"
+        kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
+        if kind not in ("application/json", "text/event-stream"):
+            return f"{url} answered HTTP {response.status_code} with {kind}: not an MCP endpoint"
+    return f"{url}: {describe(exc)}"
+
+
+class ServerLog:
+    """A stdio server's stderr, appended to VAR_DIR/log/<server>.log rather than left on the
+    host's console or in a command's output; its tail goes into the error when the server does
+    not start, which is where the reason usually is."""
+
+    MAX_BYTES = 1_000_000  # then the log moves to <server>.log.1 (one old log is kept)
+    TAIL_LINES = 12
+
+    def __init__(self, name):
+        self.path = Path(settings.VAR_DIR) / "log" / f"{name}.log"
+        self.start = 0
+
+    def open(self, command):
+        """The file to hand to the server as its stderr, headed by a line for this launch."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with suppress(FileNotFoundError):
+            if self.path.stat().st_size > self.MAX_BYTES:
+                self.path.replace(self.path.with_name(self.path.name + ".1"))
+        file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (the session closes it)
+        file.write(f"--- {datetime.now():%Y-%m-%d %H:%M:%S} launching {shlex.join(command)}\n")
+        file.flush()
+        self.start = os.fstat(file.fileno()).st_size
+        return file
+
+    def tail(self):
+        """The last lines the server wrote since this launch ('' if none)."""
+        try:
+            with open(self.path, "rb") as file:
+                file.seek(self.start)
+                text = file.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-self.TAIL_LINES :])
+
+
+def _keep_last(responses):
+    async def hook(response):
+        responses[:] = [response]  # one: the session may live for days
+
+    return hook
 
 
 @functools.cache
@@ -76,7 +167,12 @@ def _ssl_context():
 @asynccontextmanager
 async def open_session(config, *, timeout=30.0, message_handler=None):
     """An initialized `ClientSession` to the server; ServerUnreachable if it cannot be opened."""
-    opened = False
+    import httpx2
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    opened, log, responses = False, None, []
     try:
         async with AsyncExitStack() as stack:
             if config.transport == "stdio":
@@ -87,12 +183,16 @@ async def open_session(config, *, timeout=30.0, message_handler=None):
                     env=dict(config.env) or None,
                     cwd=settings.BASE_DIR,
                 )
-                read, write = await stack.enter_async_context(stdio_client(params))
+                log = ServerLog(config.name)
+                errlog = stack.enter_context(log.open([config.command, *config.args]))
+                read, write = await stack.enter_async_context(stdio_client(params, errlog))
             else:
                 client = httpx2.AsyncClient(
                     headers=dict(config.headers),
                     timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
                     verify=_ssl_context(),
+                    # The SDK turns an HTTP error into a vague JSON-RPC one: keep the status.
+                    event_hooks={"response": [_keep_last(responses)]},
                 )
                 await stack.enter_async_context(client)
                 read, write = await stack.enter_async_context(
@@ -113,4 +213,30 @@ async def open_session(config, *, timeout=30.0, message_handler=None):
         # exception group the transport's task group put it in.
         if opened:
             raise first_leaf(exc)  # noqa: B904 (the group stays attached as __context__)
-        raise ServerUnreachable(f"{config.name}: {describe(exc)}") from exc
+        if config.transport == "stdio":
+            message = f"{config.name}: {describe(exc)}"
+        else:
+            message = f"{config.name}: {_http_problem(config.url, responses, exc)}"
+        if log is not None and (tail := log.tail()):
+            message += f"\nIts stderr ({log.path}) ends with:\n{tail}"
+        raise ServerUnreachable(message) from exc
+
+
+def command_problem(command):
+    """Why a stdio command cannot be launched here, or None. Cheap: nothing is started."""
+    if command in PYTHON_ALIASES or shutil.which(command):
+        return None
+    if os.sep in command:
+        return f"{command} does not exist or is not an executable file"
+    return f"the command {command!r} is not on the PATH"
+
+
+def probe(config, timeout=10.0):
+    """Open a session (stdio: launch the server; HTTP: initialize) and close it again; raises
+    ServerUnreachable with the reason when that fails."""
+
+    async def initialize():
+        async with open_session(config, timeout=timeout):
+            pass
+
+    anyio.run(initialize)

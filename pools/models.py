@@ -1,11 +1,16 @@
+import contextlib
 import math
+import re
 import time
 from urllib.parse import urlparse
 
+import ada_url
+import idna
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models import Count, Q
 
 from pools.fields import SealedJSONField
 
@@ -82,27 +87,65 @@ class Pool(models.Model):
         return max(1, math.ceil(wait * 1000))
 
     def disallowed_urls(self, arguments):
-        """URL-valued arguments whose host is outside the allowlist (all pass without one)."""
+        """(url, why) for each URL-valued argument outside the allowlist, or ambiguous (two
+        URL parsers could read different hosts in it). Without an allowlist, any URL passes."""
         if not self.domain_allowlist:
             return []
-        return [url for url in _urls_in(arguments) if not self._allows(urlparse(url).hostname)]
+        allowed = [_allowlist_host(pattern) for pattern in self.domain_allowlist]
+        refused = []
+        for url, host, ambiguity in _urls_in(arguments):
+            if ambiguity:
+                refused.append((url, f"is ambiguous: {ambiguity}"))
+            elif not any(_matches(host, pattern) for pattern in allowed):
+                refused.append((url, f"points to {host}, which is not on the allowlist"))
+        return refused
 
-    def _allows(self, host):
-        host = (host or "").lower().rstrip(".")
-        for pattern in self.domain_allowlist:
-            pattern = pattern.lower()
-            if pattern.startswith("*.") and host.endswith(pattern[1:]):
-                return True
-            if host == pattern:
-                return True
-        return False
+
+# URLs as the clients that fetch them read them (WHATWG URL rules, the `ada` parser), so that
+# `http://evil.example\@allowed.example/` is evil.example here too (issue 14).
+FETCHED_SCHEMES = ("http", "https", "ws", "wss", "ftp")
+C0_CONTROLS_AND_SPACE = "".join(map(chr, range(0x21)))
+
+
+def _read_url(text):
+    """How a fetching client reads `text`: None when it is not a URL of FETCHED_SCHEMES,
+    else (host, ambiguity) — its host (lowercase ASCII) and why parsers might disagree."""
+    cleaned = text.strip(C0_CONTROLS_AND_SPACE).translate({9: None, 10: None, 13: None})
+    scheme, colon, rest = cleaned.partition(":")
+    if not colon or scheme.lower() not in FETCHED_SCHEMES:
+        return None
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in text):
+        return "", "it holds spaces or control characters, which URL parsers drop differently"
+    if "\\" in text:
+        return "", "it holds a backslash, which WHATWG parsers read as '/' and others do not"
+    if not rest.startswith("//"):
+        return "", f"its host does not follow '{scheme}://'"
+    try:
+        host = ada_url.URL(text).hostname.rstrip(".")
+    except ValueError:
+        return "", "it is not a valid URL"
+    authority = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
+    if "@" in authority:
+        return "", "it names a user before its host (userinfo)"
+    if "%" in authority:
+        return "", "its host is percent-encoded"
+    if not authority.isascii():
+        raw_host = re.sub(r":\d*$", "", authority).rstrip(".")
+        try:
+            normal = idna.encode(raw_host).decode()  # strict IDNA 2008: no mappings
+        except idna.IDNAError:
+            normal = None
+        if normal != host:
+            return "", "its host is not written in IDNA normal form"
+    return host, ""
 
 
 def _urls_in(value):
+    """(url, host, ambiguity) for every URL string anywhere in `value`."""
     if isinstance(value, str):
-        parsed = urlparse(value.strip())
-        if parsed.scheme in ("http", "https", "ws", "wss", "ftp") and parsed.netloc:
-            yield value.strip()
+        read = _read_url(value)
+        if read is not None:
+            yield value, *read
     elif isinstance(value, dict):
         for item in value.values():
             yield from _urls_in(item)
@@ -111,8 +154,36 @@ def _urls_in(value):
             yield from _urls_in(item)
 
 
+class McpServerQuerySet(models.QuerySet):
+    def with_tool_counts(self):
+        """Each server with `accepted_count` and `rejected_count`, for its state in lists."""
+        return self.annotate(
+            accepted_count=Count("mcplets", filter=Q(mcplets__status=Mcplet.Status.ACCEPTED)),
+            rejected_count=Count("mcplets", filter=Q(mcplets__status=Mcplet.Status.REJECTED)),
+        )
+
+
+def _allowlist_host(pattern):
+    pattern = pattern.strip().lower().rstrip(".")
+    wildcard, name = ("*.", pattern[2:]) if pattern.startswith("*.") else ("", pattern)
+    with contextlib.suppress(idna.IDNAError):  # not a host name: it matches only itself
+        name = idna.encode(name, uts46=True).decode()
+    return wildcard + name
+
+
+def _matches(host, pattern):
+    """`*.weather.example` matches whole labels below it (a.weather.example), never
+    evilweather.example nor weather.example itself."""
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern
+
+
 class McpServer(models.Model):
     """An MCP server the host connects to, and its lifecycle state (MGP §11.2)."""
+
+    # Not a lifecycle status: shown instead of `connected` when none of its tools is usable.
+    WARNING = "warning"
 
     class Transport(models.TextChoices):
         STDIO = "stdio", "stdio (the host launches the command)"
@@ -159,6 +230,8 @@ class McpServer(models.Model):
     last_discovery_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = McpServerQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
         verbose_name = "MCP server"
@@ -187,10 +260,48 @@ class McpServer(models.Model):
             return self.url
         return " ".join([self.command, *self.args])
 
+    def _tool_count(self, status):
+        annotated = getattr(self, f"{status}_count", None)  # from with_tool_counts()
+        return self.mcplets.filter(status=status).count() if annotated is None else annotated
+
+    @property
+    def all_rejected(self):
+        """It answers, but every tool it lists was rejected, so nothing of it is routable: a
+        plain MCP server (no `_meta.mcpletType`) or MCPlets that all break the spec."""
+        return (
+            self.status == self.Status.CONNECTED
+            and self._tool_count(Mcplet.Status.REJECTED) > 0
+            and self._tool_count(Mcplet.Status.ACCEPTED) == 0
+        )
+
+    @property
+    def state(self):
+        """What lists show (and colour by): the lifecycle status, or `warning`."""
+        return self.WARNING if self.all_rejected else self.status
+
+    @property
+    def state_label(self):
+        return "Connected: every tool rejected" if self.all_rejected else self.get_status_display()
+
+    def rejection_reasons(self, limit=3):
+        """The most common reasons its tools were rejected: [(reason, how many tools)]."""
+        return list(
+            self.mcplets.filter(status=Mcplet.Status.REJECTED)
+            .order_by()
+            .values_list("rejection_reason")
+            .annotate(tools=Count("id"))
+            .order_by("-tools", "rejection_reason")[:limit]
+        )
+
 
 class McpletQuerySet(models.QuerySet):
     def routable(self):
-        return self.filter(status=Mcplet.Status.ACCEPTED)
+        """Accepted, and pool-less or in the registered pool it declares: a pool deleted (its
+        tools' `pool` set to NULL) or renamed since discovery leaves them unroutable at once."""
+        return self.filter(
+            models.Q(pool_name="") | models.Q(pool__name=models.F("pool_name")),
+            status=Mcplet.Status.ACCEPTED,
+        )
 
 
 class Mcplet(models.Model):
@@ -268,6 +379,18 @@ class Mcplet(models.Model):
     def sync_surfaces(self):
         surfaces = self.visibility if isinstance(self.visibility, list) else []
         self.model_visible, self.app_visible = "model" in surfaces, "app" in surfaces
+
+    @property
+    def unroutable_reason(self):
+        """Why a tool is not routable (its status's reason, or its missing pool)."""
+        if self.status != self.Status.ACCEPTED:
+            return f"it is {self.status}: {self.rejection_reason}"
+        if self.pool_name and (self.pool is None or self.pool.name != self.pool_name):
+            return (
+                f"it declares the pool {self.pool_name!r}, which is not registered on this host "
+                "(§5.3.3)"
+            )
+        return ""
 
     @property
     def needs_approval(self):

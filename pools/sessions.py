@@ -10,10 +10,7 @@ import os
 import threading
 from contextlib import suppress
 
-from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
-
-from pools.mcp_client import ServerUnreachable, describe, open_session
+from pools.mcp_client import OutcomeUnknown, describe, open_session
 
 
 class _Held:
@@ -57,7 +54,8 @@ class SessionPool:
             return self._event_loop
 
     def call_tool(self, config, name, arguments, *, meta=None, timeout=30.0):
-        """`tools/call` on the server; raises ServerUnreachable (not reached, or no answer)."""
+        """`tools/call` on the server; raises ServerUnreachable (not reached), or its subclass
+        OutcomeUnknown (sent, then no answer: it may have run)."""
         future = asyncio.run_coroutine_threadsafe(
             self._call(config, name, arguments, meta, timeout), self._loop()
         )
@@ -83,28 +81,36 @@ class SessionPool:
                 raise
 
     async def _call(self, config, name, arguments, meta, timeout):
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
         session = await self._session(config, timeout)
+        # From here the request may have left: whatever breaks, its outcome is unknown.
         try:
             return await asyncio.wait_for(
                 session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta),
                 timeout,
             )
         except TimeoutError:
-            raise ServerUnreachable(
+            raise OutcomeUnknown(
                 f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"
             ) from None
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
-                raise ServerUnreachable(
+                raise OutcomeUnknown(
                     f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"
                 ) from None
             if exc.code != CONNECTION_CLOSED:
                 raise  # the server answered with a JSON-RPC error: the session is fine
             await self._drop(config)
-            raise ServerUnreachable(f"{config.name}: the connection closed") from exc
+            raise OutcomeUnknown(
+                f"{config.name}: the connection closed (the outcome is unknown)"
+            ) from exc
         except Exception as exc:
             await self._drop(config)
-            raise ServerUnreachable(f"{config.name}: {describe(exc)}") from exc
+            raise OutcomeUnknown(
+                f"{config.name}: {describe(exc)} (the outcome is unknown)"
+            ) from exc
 
     async def _drop(self, config):
         held = self._held.pop(config.id, None)

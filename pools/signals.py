@@ -7,7 +7,9 @@ from pools.models import Mcplet, McpServer, Pool
 
 @receiver(post_save, sender=Pool)
 def rediscover_tools_waiting_for_pool(sender, instance, created, **kwargs):
-    """§5.3.3: tools naming a pool the host did not know are re-validated once it exists."""
+    """§5.3.3: tools naming a pool the host did not know are re-validated once it exists, and
+    accepted tools that declare it (their pool deleted, or renamed away) belong to it again."""
+    Mcplet.objects.filter(pool_name=instance.name).exclude(pool=instance).update(pool=instance)
     servers = list(
         McpServer.objects.filter(
             enabled=True,

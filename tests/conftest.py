@@ -110,16 +110,21 @@ def calls(tmp_path):
 
 
 @pytest.fixture
-def registry(tmp_path, calls):
-    """The reference tools on one stdio server, discovered, with the plan's pools and agents."""
-    info = Pool.objects.create(name="info-pool", rate_limit_per_minute=120)
-    media = Pool.objects.create(name="media-pool", rate_limit_per_minute=60)
+def reference_server(tmp_path, calls):
+    """How the registry reaches the reference tools: a stdio server of this test. A module may
+    override it with one server for all its tests (its fields for McpServer)."""
     spec = tmp_path / "tools.json"
     write_spec(spec, reference_tools())
     command, args = stdio_params(spec, calls_log=calls.path)
-    server = McpServer.objects.create(
-        name="reference", transport="stdio", command=command, args=args
-    )
+    return {"transport": "stdio", "command": command, "args": args}
+
+
+@pytest.fixture
+def registry(reference_server):
+    """The reference tools on one server, discovered, with the plan's pools and agents."""
+    info = Pool.objects.create(name="info-pool", rate_limit_per_minute=120)
+    media = Pool.objects.create(name="media-pool", rate_limit_per_minute=60)
+    server = McpServer.objects.create(name="reference", **reference_server)
     discover(server)
     agents = {
         "info": Agent.objects.create(agent_id="info-gathering-agent", display_name="Info"),

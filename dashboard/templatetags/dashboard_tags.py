@@ -8,10 +8,46 @@ from django.utils.html import format_html
 
 register = template.Library()
 
+# What an operator can do about a failure, by its code (§9.1 and the host's X_ codes).
+NEXT_STEPS = {
+    "SERVICE_UNAVAILABLE": "Start what did not answer, or correct the address in the message "
+    "(an MCP server's URL or command is in admin → MCP servers).",
+    "AUTH_REQUIRED": "The passkey assertion never reached the MCPlet: approve a new call.",
+    "AUTH_FAILED": "The host did not verify the approval (the reason is in the message): check "
+    "the server's verify-assertion token and PASSKEY_ORIGIN.",
+    "X_ACCESS_DENIED": "Grant the pool to the agent (admin → Agents), or enable the agent.",
+    "NOT_FOUND": "The tool is not available: see its state on the MCPlets page.",
+    "RATE_LIMITED": "The pool's rate limit was reached: retry later, or raise it (admin → Pools).",
+    "X_DOMAIN_NOT_ALLOWED": "Add the domain to the pool's allowlist if it should be reachable.",
+    "VALIDATION_ERROR": "The arguments break the tool's input schema: see the message.",
+    "X_INVALID_RESULT": "The MCP server's result breaks its declared schema: fix the MCPlet.",
+    "UNKNOWN_ERROR": "See the MCP server's own log for the cause.",
+    "X_LLM_ERROR": "Check the agent's model and its provider's API key (admin → Agents).",
+    "X_STEP_LIMIT": "Raise the agent's max steps (admin → Agents), or narrow its task.",
+    "X_TOKEN_BUDGET": "Raise the agent's token budget (admin → Agents).",
+    "X_OUTCOME_UNKNOWN": "It may have run: check the MCP server (or what it acts on) before "
+    "running it again; the host will not re-send it.",
+}
+VERIFY_STEP = (
+    "The MCPlet could not ask the host to verify the passkey: the host must answer at that URL "
+    "(the server's MCPLET_VERIFY_URL, in admin → MCP servers), and be running."
+)
+
 
 @register.filter
 def pretty_json(value):
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def next_step(error):
+    """A short hint for an error ({code, message}): what to check or change next."""
+    if not isinstance(error, dict):
+        return ""
+    code, message = str(error.get("code") or ""), str(error.get("message") or "")
+    if code == "SERVICE_UNAVAILABLE" and "verify-assertion" in message:
+        return VERIFY_STEP
+    return NEXT_STEPS.get(code, "")
 
 
 @register.filter

@@ -4,11 +4,12 @@
         [--host 127.0.0.1] [--port 8766] [--page-size N] [--calls-log calls.jsonl]
 
 The spec is `{"tools": [...], "resources": {"uri": "text", ...}}`. Each tool entry is published
-as given, minus the server-side keys `resultSchema`, `rawResource` and `result`; `inputSchema`
-defaults to an empty object schema. Nothing is validated: the server exists to feed a host bad
-tools too. `resultSchema` is served as a §9.4 payload at `_meta.mcpletToolResultSchemaUri`
-(`rawResource`, when given, is served there verbatim instead) and `result` is what tools/call
-returns as `structuredContent`.
+as given, minus the server-side keys `resultSchema`, `rawResource`, `result` and `sleep`;
+`inputSchema` defaults to an empty object schema. Nothing is validated: the server exists to
+feed a host bad tools too. `resultSchema` is served as a §9.4 payload at
+`_meta.mcpletToolResultSchemaUri` (`rawResource`, when given, is served there verbatim instead)
+and `result` is what tools/call returns as `structuredContent`, after `sleep` seconds (a call
+is logged as soon as it arrives, so a test sees a call that ran while its caller gave up).
 
 tools/list pages by `--page-size` (0: one page). The spec file is polled every 0.1 s; a change
 reloads it and sends `notifications/tools/list_changed` to every connected session (and a
@@ -47,7 +48,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcplets.envelope import utc_timestamp
 
-SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result"})
+SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result", "sleep"})
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
 POLL_INTERVAL = 0.1
@@ -213,6 +214,8 @@ class ProgrammableServer:
                 content=[types.TextContent(text=f"Unknown tool: {params.name}")], is_error=True
             )
         result = entry.get("result", {"ok": True, "tool": params.name, "arguments": arguments})
+        if entry.get("sleep"):
+            await anyio.sleep(float(entry["sleep"]))
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(result))], structured_content=result
         )

@@ -1,5 +1,6 @@
 // The ceremony page: fetch a fresh call-bound challenge, sign it with a passkey, post the
-// assertion to this ceremony's callback. Reject is a button; cancel and expiry end it too.
+// assertion to this ceremony's callback. Only the Reject button rejects (§3.7's "user
+// cancellation"); a dismissed or failed passkey prompt leaves the call waiting, to try again.
 "use strict";
 
 (() => {
@@ -10,25 +11,32 @@
   const countdown = document.getElementById("countdown");
   const approve = document.getElementById("approve");
   const reject = document.getElementById("reject");
+  const retryHelp = document.getElementById("retry-help");
+  const cannotClose = document.getElementById("cannot-close");
   const deadline = Date.now() + Number(root.dataset.secondsLeft) * 1000;
   let timer = null;
 
   const say = (text, isError = false) => {
     status.textContent = text;
     status.classList.toggle("error", isError);
+    retryHelp.hidden = true;
   };
 
   const setBusy = (busy) => {
     for (const button of [approve, reject]) if (button) button.disabled = busy;
   };
 
-  // Done: say so, stop everything, and close the window if the browser lets a page do that.
+  // Done: say so, stop everything, and close the window if the browser lets a page do that
+  // (only windows a script opened); if it stays open, say so and show the way back.
   const finish = (state, text) => {
     root.dataset.state = state;
     say(text);
     clearInterval(timer);
     for (const el of root.querySelectorAll(".actions")) el.remove();
-    setTimeout(() => window.close(), 1500);
+    setTimeout(() => {
+      window.close();
+      setTimeout(() => { if (!window.closed) cannotClose.hidden = false; }, 300);
+    }, 1500);
   };
 
   const post = async (url, body) => {
@@ -82,12 +90,16 @@
       const options = PublicKeyCredential.parseRequestOptionsFromJSON(challenge.data.publicKey);
       credential = await navigator.credentials.get({ publicKey: options });
     } catch (error) {
-      // The approver cancelled (or let the prompt time out): nothing may run (§3.7).
+      setBusy(false);
+      // Dismissed, timed out, or no passkey of this user in this browser (the browser does not
+      // tell which): nothing was decided, and the call still waits.
       if (error.name === "NotAllowedError" || error.name === "AbortError") {
-        return decline("Cancelled: nothing was approved and nothing ran.");
+        say("No passkey signed this approval: the call is still waiting.", true);
+        retryHelp.hidden = false;
+        return;
       }
-      say(`The passkey prompt failed: ${error.message}`, true);
-      return setBusy(false);
+      return say(`The passkey prompt failed (${error.name}: ${error.message}); ` +
+        "the call is still waiting: try again.", true);
     }
     say("Checking…");
     const answer = await post(root.dataset.assertionUrl, credential.toJSON());

@@ -14,6 +14,7 @@ from a2a.api import PartnerRateThrottle
 from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import validate
 from agents.models import AgentRun
+from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
 
@@ -208,7 +209,7 @@ def test_a_valid_task_runs_and_answers(api, registry, script, calls):
     assert answer["recipientId"] == "partner-bot" and answer["contextId"] == body["contextId"]
     assert answer["payload"]["result"] == {"analysis": "rain tomorrow"}
     assert [c["name"] for c in calls()] == ["query_crm", "fetch_web_content"]
-    assert AgentRun.objects.get().partner.agent_id == "partner-bot"
+    assert AgentRun.objects.get().authority == Authority.of_partner("partner-bot")
 
 
 def test_a_task_runs_with_the_pools_both_hold(api, registry, partner, script, calls):

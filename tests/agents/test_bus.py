@@ -1,5 +1,6 @@
 """The local bus refuses what the host did not send: forged, tampered, foreign senders."""
 
+import time
 import uuid
 from io import StringIO
 
@@ -11,6 +12,7 @@ from a2a import bus, messages
 from a2a.models import A2AMessage
 from agents.models import AgentRun
 from agents.tasks import deliver
+from mcplet_host.authority import HOST
 from mcplet_host.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -26,13 +28,26 @@ def test_a_message_forged_into_the_broker_is_refused(registry):
     assert not AgentRun.objects.exists()
 
 
-def test_an_unsigned_or_tampered_message_is_refused_and_answered(registry, director):
+@pytest.mark.parametrize("signature", ["", "0" * 64, None, "not hex"])
+def test_a_forged_delivery_is_dropped_and_the_genuine_one_still_runs(
+    registry, director, script, signature
+):
+    """A delivery the host did not sign, naming a genuine request, must not answer that request
+    (issue 14, reproduction 6): it is audited and dropped, and the genuine delivery runs."""
+    registry["info"].model = script({"info-gathering-agent": [{"text": "done"}]})
+    registry["info"].save()
     request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
-    deliver(str(request.message_id), "")  # unsigned
-    assert "signature does not verify" in refusal().details["reason"]
-    response = A2AMessage.objects.get(reply_to=request.message_id)
-    assert response.status == "error" and "Refused" in response.body["payload"]["error"]["message"]
+    deliver(str(request.message_id), signature)
+    assert refusal().details["reason"] == bus.FORGED
+    assert refusal().trace_id == str(request.context_id)
+    assert not A2AMessage.objects.filter(reply_to=request.message_id).exists()
     assert not AgentRun.objects.exists()
+    request.refresh_from_db()
+    assert request.state == A2AMessage.State.QUEUED
+
+    deliver(str(request.message_id), request.signature)
+    assert AgentRun.objects.get().status == AgentRun.Status.SUCCESS
+    assert A2AMessage.objects.get(reply_to=request.message_id).status == "success"
 
 
 def test_an_edited_message_no_longer_verifies(registry, director):
@@ -41,6 +56,8 @@ def test_an_edited_message_no_longer_verifies(registry, director):
     A2AMessage.objects.filter(pk=request.pk).update(body=body, recipient_id="dispatch-agent")
     deliver(str(request.message_id), request.signature)
     assert refusal().details["reason"] == "its signature does not verify"
+    # The stored request itself was edited: no delivery will ever verify, so it is answered.
+    assert A2AMessage.objects.get(reply_to=request.message_id).status == "error"
     assert not AgentRun.objects.exists()
 
 
@@ -56,10 +73,29 @@ def test_an_edited_message_no_longer_verifies(registry, director):
 def test_senders_and_recipients_must_be_internal_agents(
     registry, director, sender, recipient, says
 ):
-    request = bus.post(messages.task_request(sender, recipient, {}))
+    request = bus.post(messages.task_request(sender, recipient, {}), HOST.then(sender))
     deliver(str(request.message_id), request.signature)
     assert says in refusal().details["reason"]
     assert A2AMessage.objects.get(reply_to=request.message_id).status == "error"
+    assert not AgentRun.objects.exists()
+
+
+def test_parameters_that_break_the_recipients_input_schema_are_answered_with_an_error(
+    registry, director
+):
+    """§18.4 on the local bus: the recipient's inputSchema is checked before a run starts."""
+    registry["planning"].input_schema = {
+        "type": "object",
+        "properties": {"plan": {"type": "string"}},
+        "required": ["plan"],
+    }
+    registry["planning"].save()
+    request = bus.send_task("director", "planning-agent", {"plan": ["not", "text"]})
+    deliver(str(request.message_id), request.signature)
+    assert "payload.parameters.plan: ['not', 'text'] is not of type" in refusal().details["reason"]
+    error = A2AMessage.objects.get(reply_to=request.message_id).body["payload"]["error"]
+    assert error["code"] == "VALIDATION_ERROR"
+    assert "inputSchema of planning-agent" in error["message"]
     assert not AgentRun.objects.exists()
 
 
@@ -93,6 +129,29 @@ def test_send_task_command_prints_the_response(registry, director, script, setti
     assert '"status": "success"' in out.getvalue() and '"plan": "dessert"' in out.getvalue()
     with pytest.raises(CommandError, match="--params is not JSON"):
         call_command("send_task", "--from", "director", "--to", "planning-agent", "--params", "{x")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_send_task_says_at_once_where_a_waiting_run_is_approved(
+    registry, director, script, settings
+):
+    settings.EMBEDDED = True
+    settings.PASSKEY_ORIGIN = "http://localhost:8123"
+    settings.PASSKEY_OPEN_BROWSER = False
+    planning = registry["planning"]
+    planning.model = script({"planning-agent": [{"json": {"plan": "dessert"}}]})
+    planning.result_needs_approval, planning.approval_prompt = True, "Approve the plan"
+    planning.save()
+    out, started = StringIO(), time.monotonic()
+    call_command(  # no CommandError: the task is in good hands
+        "send_task", "--from", "director", "--to", "planning-agent", "--wait", "20", stdout=out
+    )
+    assert time.monotonic() - started < 10  # not the whole --wait
+    ceremony = AgentRun.objects.get(agent=planning).waiting_for
+    assert out.getvalue() == (
+        "planning-agent waits for approval: approve result of planning-agent (Approve the plan)."
+        f"\nApprove or reject it at http://localhost:8123/passkey/ceremonies/{ceremony.token}/\n"
+    )
 
 
 @pytest.mark.django_db(transaction=True)

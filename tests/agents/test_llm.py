@@ -361,6 +361,7 @@ def test_a_turn_slower_than_the_timeout_times_out(scripts):
 
 
 def test_litellm_async_path_plays_the_script_too():
+    register_scripted_provider()  # complete() does it; a direct litellm call must do it first
     response = asyncio.run(
         litellm.acompletion(
             model="scripted/reference",
@@ -386,6 +387,7 @@ def test_the_scripted_provider_is_registered_once_beside_others():
 
 
 def test_litellm_stays_offline():
+    complete(user(), model="scripted/reference", agent_id="info-gathering-agent")
     assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
     assert getattr(litellm, "telemetry", False) is False
 

@@ -285,6 +285,20 @@ def test_a_rejected_result_is_not_handed_off(registry, director, script, admin_u
     assert response_to(request)["payload"]["error"]["code"] == "X_APPROVAL_REJECTED"
 
 
+def test_a_result_nobody_approved_in_time_times_out(registry, director, script):
+    planning, dispatch = registry["planning"], registry["dispatch"]
+    planning.model = script({"planning-agent": [{"json": {"plan": "x"}}]})
+    planning.result_needs_approval, planning.hands_off_to = True, dispatch
+    planning.save()
+    request, run = send("planning-agent")
+    run.waiting_for.decline(Ceremony.Status.EXPIRED)
+    run.refresh_from_db()
+    assert run.status == AgentRun.Status.TIMEOUT  # declined by the clock: not cancelled
+    assert run.get_status_display() == "Timed out"
+    assert response_to(request)["payload"]["error"]["code"] == "X_APPROVAL_EXPIRED"
+    assert not AgentRun.objects.filter(agent=dispatch).exists()
+
+
 def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director):
     """The operator's cancel lands between the worker's last LLM turn and its end: the cancel
     stands, and the worker's late success sends no second response and no hand-off."""

@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 
 from tests.browser import use_session
 from tests.dashboard.conftest import PAGES, sign_in
+from tests.pools import plain_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,7 +25,7 @@ SEEN = {
     "mcplets": ["it declares no _meta.mcpletType", "ops-pool (unknown)", "Discover now"],
     "agents": ["fetch_web_content", "offered no tools", "on info-gathering-agent"],
     "runs": ["Find tomorrow's bookings at risk of cancelling", "awaiting approval"],
-    "approvals": ["sato@example.jp", "X_APPROVAL_REJECTED", "manager"],
+    "approvals": ["sato@example.jp", "X_APPROVAL_REJECTED", "manager", "approved"],
     "audit": ["Chain intact", "TOOL_BLOCKED", "PERMISSION_GRANTED", "Export JSON lines"],
     "control": ["Run Director now", "Pause schedule", "Cancel run"],
 }
@@ -40,6 +41,44 @@ def test_each_page_renders_the_scenario(page, live_server, scenario, staff):
             expect(main.get_by_role("heading", name=heading, exact=False).first).to_be_visible()
         for words in SEEN[name]:
             expect(main).to_contain_text(words)
+    assert page.problems == []
+
+
+@pytest.fixture
+def plain():
+    return plain_server.discovered()  # a fixture: discovery runs outside Playwright's loop
+
+
+def test_a_server_whose_tools_are_all_rejected_is_a_warning(page, live_server, staff, plain):
+    """A plain MCP server: a warning badge (not a green "Connected") with the reasons and a
+    link to the author's guide, on the dashboard and in admin."""
+    base, warning = live_server.url, "Connected: every tool rejected"
+    sign_in(page, base)
+    page.goto(f"{base}/dashboard/control/")
+    expect(page.locator("main tr", has_text="plain").locator(".badge").first).to_have_text(warning)
+    for path in ("/dashboard/", "/dashboard/mcplets/"):
+        page.goto(f"{base}{path}")
+        row = page.locator("main table").first.locator("tbody tr", has_text="plain")
+        badge = row.locator(".badge[data-status=warning]")
+        expect(badge).to_have_text(warning)
+        assert badge.evaluate("b => getComputedStyle(b).color") != "rgb(23, 128, 61)"  # not --ok
+        expect(row).to_contain_text("all 2 tools rejected")
+        expect(row).to_contain_text("it declares no _meta.mcpletType")
+    row.get_by_role("link", name="Writing an MCPlet").click()
+    expect(page.get_by_role("heading", name="When the host rejects a tool")).to_be_visible()
+    expect(page.locator("article.guide pre").first).to_contain_text("MCPServer(")
+
+    page.goto(f"{base}/admin/pools/mcpserver/")
+    row = page.locator("#result_list tbody tr", has_text="plain")
+    expect(row).to_contain_text(warning)
+    expect(row).to_contain_text("Every tool it lists was rejected (2)")
+    row.get_by_role("link", name="plain").click()
+    expect(page.locator(".field-status_badge")).to_contain_text(warning)
+    rejections = page.locator(".field-rejections")
+    expect(rejections).to_contain_text("it declares no _meta.mcpletType")
+    expect(page.locator("input[name=_save]")).to_be_visible()
+    rejections.get_by_role("link", name="Writing an MCPlet").click()
+    expect(page).to_have_url(f"{base}/dashboard/mcplets/writing-an-mcplet/")
     assert page.problems == []
 
 

@@ -25,8 +25,8 @@ ORIGIN = b"http://localhost:8000"
 EMBEDDED = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 
-def headers(user=None, origin=ORIGIN):
-    found = [(b"origin", origin)] if origin else []
+def headers(user=None, origin=ORIGIN, host=b"localhost:8000"):
+    found = [(b"host", host)] + ([(b"origin", origin)] if origin else [])
     if user is not None:
         client = Client()
         client.force_login(user)
@@ -183,12 +183,36 @@ def test_an_inactive_staff_member_is_refused(staff):
 
 @pytest.mark.services
 @pytest.mark.parametrize(
-    "origin", [b"http://evil.example", b"http://localhost.evil.example:8000", b"null", None]
+    "origin",
+    [
+        b"http://evil.example",
+        b"http://localhost.evil.example:8000",
+        b"null",
+        None,
+        b"http://localhost:9999",  # another site on the same host: the port is the origin's
+        b"http://localhost",
+        b"https://localhost:8000",
+        b"http://127.0.0.1:8000",
+    ],
 )
 def test_a_foreign_or_missing_origin_is_refused(staff, origin):
     # With the staff member's own session cookie: what a cross-site page would send.
     connected, _ = connect(headers(staff, origin=origin))
     assert not connected
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("host", [b"evil.example:8000", b"localhost:9999", None])
+def test_the_origin_must_be_the_hosts_own(staff, host):
+    hdrs = [h for h in headers(staff) if h[0] != b"host"] + ([(b"host", host)] if host else [])
+    assert not connect(hdrs)[0]
+
+
+@pytest.mark.services
+def test_a_trusted_origin_may_connect(staff, settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://ops.example"]
+    assert connect(headers(staff, origin=b"https://ops.example"))[0]
+    assert not connect(headers(staff, origin=b"https://ops.example:8443"))[0]
 
 
 @pytest.mark.services

@@ -47,7 +47,14 @@ def test_a_non_staff_user_cannot_act(client, django_user_model, registry):
     response = client.post(reverse("dashboard:server-enabled", args=[server.pk]), {"enabled": "0"})
     assert response.status_code == 403
     server.refresh_from_db()
-    assert server.enabled and not AuditEvent.objects.filter(event_type__startswith="dashboard.")
+    assert server.enabled
+    # The refusal itself is audited (issue 14): who tried what.
+    event = AuditEvent.objects.get(event_type__startswith="dashboard.")
+    assert (event.actor_id, event.result, event.details) == (
+        "manager",
+        "BLOCKED",
+        {"permission": "staff"},
+    )
 
 
 @pytest.mark.django_db
@@ -89,7 +96,7 @@ def test_each_page_shows_the_scenario(staff_client, scenario):
     assert "8 MCPlets accepted" in overview and "3 MCPlets rejected" in overview
     assert "1 pending approval" in overview and "send_email" in overview
     assert "dispatch-agent awaiting approval" in overview  # a run in progress
-    assert "info-gathering-agent Error" in overview  # a recent failure, with its reason
+    assert "info-gathering-agent Failed" in overview  # a recent failure, with its reason
     assert "has no turn 2" in overview
     assert "At 06:00 PM UTC" in overview and "0 18 * * * (UTC)" in overview  # the schedule
     assert re.search(r"\d{4}-\d\d-\d\d 18:00:00 \(in ", overview)  # its next run
@@ -106,7 +113,7 @@ def test_each_page_shows_the_scenario(staff_client, scenario):
     approvals = text(staff_client.get(reverse("dashboard:approvals")))
     assert "sato@example.jp" in approvals and "Approve the e-mail" in approvals  # pending
     assert "Rejected X_APPROVAL_REJECTED manager" in approvals  # history: who rejected
-    assert "Executed manager" in approvals  # ... and who approved the plan
+    assert "approved manager" in approvals  # ... and who approved the plan (not "executed")
 
     runs = text(staff_client.get(reverse("dashboard:runs")))
     for key in ("campaign", "failed", "rejected"):

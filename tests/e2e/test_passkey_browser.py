@@ -17,6 +17,7 @@ if not os.environ.get("CI"):  # in CI a missing Playwright fails the run instead
 from playwright.sync_api import expect  # noqa: E402
 
 from mcplet_host import gateway
+from mcplet_host.authority import HOST, Authority
 from mcplet_host.tasks import expire_ceremonies
 from passkey import loopback
 from passkey.models import Ceremony, PasskeyCredential
@@ -55,8 +56,17 @@ def register_passkey(page, host):
     assert PasskeyCredential.objects.get().name == "virtual key"
 
 
-def hold(registry):
-    return gateway.call_tool(registry["dispatch"], "mail_guests", MAIL, "app").ceremony
+def hold(registry, authority=HOST):
+    """The dispatch agent's model proposes the e-mail (in a partner's workflow, if given)."""
+    outcome = gateway.call_tool(
+        registry["dispatch"],
+        "mail_guests",
+        MAIL,
+        "app",
+        authority=authority,
+        proposed_by_model=True,
+    )
+    return outcome.ceremony
 
 
 def links(mailoutbox, ceremony):
@@ -65,14 +75,14 @@ def links(mailoutbox, ceremony):
     return [line for line in mail.body.splitlines() if ceremony.token in line]
 
 
-def assert_shows_the_call(page):
-    expect(page.locator("#agent")).to_contain_text("dispatch-agent")
+def assert_shows_the_call(page, asked_by="dispatch-agent’s model"):
+    expect(page.locator("#agent")).to_have_text(asked_by)
     expect(page.locator("#tool")).to_contain_text("mail_guests")
     expect(page.locator(".prompt")).to_have_text("Send this e-mail?")
     arguments = page.locator("#arguments")
     for recipient in MAIL["to"]:
         expect(arguments).to_contain_text(recipient)
-    expect(arguments.locator("pre.text")).to_have_text(MAIL["body"])
+    expect(arguments.locator("p.text")).to_have_text(MAIL["body"])  # its line breaks kept
     expect(page.locator("#countdown")).to_contain_text("left")
 
 
@@ -96,11 +106,15 @@ def test_https_mode_approve_runs_the_call_the_mcplet_verified(
     page, host, approver, mailer, registry, mailoutbox
 ):
     register_passkey(page, host)
-    ceremony = hold(registry)
+    ceremony = hold(registry, Authority("partner-bot", ("info-gathering-agent",)))
     (link,) = links(mailoutbox, ceremony)
     assert link == f"{host}{ceremony.get_absolute_url()}"
     page.goto(link)
-    assert_shows_the_call(page)
+    assert_shows_the_call(
+        page,
+        "dispatch-agent’s model, on behalf of the partner agent partner-bot, "
+        "via info-gathering-agent",
+    )
     page.click("#approve")
     expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
     ceremony.refresh_from_db()
@@ -122,15 +136,97 @@ def test_https_mode_reject_runs_nothing(page, host, approver, mailer, registry):
     assert ceremony.result["error"]["code"] == "X_APPROVAL_REJECTED"
 
 
-def test_cancelling_the_passkey_prompt_runs_nothing(page, host, approver, mailer, registry):
+def test_a_dismissed_prompt_rejects_nothing_and_the_approver_can_try_again(
+    page, host, approver, mailer, registry
+):
+    """No passkey of this user in this browser (the prompt can only be dismissed): the page
+    says so and how to register one, the call keeps waiting, and once a passkey is registered
+    from that link, approving works. Then the page cannot close itself and says so."""
     register_passkey(page, host)
     ceremony = hold(registry)
     page.goto(f"{host}{ceremony.get_absolute_url()}")
-    page.authenticator.clear()  # the prompt finds no passkey: the approver can only cancel
+    page.authenticator.clear()  # the passkey the host knows is not in this browser any more
     page.click("#approve")
-    expect(page.locator("#status")).to_contain_text("Cancelled", timeout=30_000)
+    expect(page.locator("#status")).to_contain_text("still waiting", timeout=30_000)
+    help_ = page.locator("#retry-help")
+    expect(help_).to_be_visible()
+    expect(help_).to_contain_text("no passkey registered for manager")
+    expect(page.locator("#approve")).to_be_enabled()
     ceremony.refresh_from_db()
-    assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
+    assert ceremony.status == Ceremony.Status.PENDING and mailer() == []
+
+    help_.get_by_role("link", name="register one here").click()
+    page.wait_for_url(f"{host}/passkey/register/?next={ceremony.get_absolute_url()}")
+    page.fill("#name", "this browser")
+    page.click("#register button")
+    page.wait_for_url(f"{host}{ceremony.get_absolute_url()}")  # back to the waiting call
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    expect(help_).to_be_hidden()
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED, ceremony.result
+    assert mailer() == [{**MAIL, "verdict": "verified"}]
+    # Opened by the person, not by a script: the browser refuses window.close().
+    note = page.locator("#cannot-close")
+    expect(note).to_be_visible(timeout=10_000)
+    note.get_by_role("link", name="your passkeys").click()
+    page.wait_for_url(f"{host}/passkey/register/")
+    expect(page.locator(".passkeys")).to_contain_text("this browser")
+    assert_clean_console(page)
+
+
+PLAN = {
+    "plan": {
+        "summary": "A free matcha pudding for every guest of the at-risk bookings.",
+        "measures": ["E-mail the guests the day before", "Lend umbrellas"],
+        "targetCustomers": [
+            {"name": "佐藤 花子", "email": "sato.hanako@example.jp"},
+            {"name": "近藤 理恵", "email": "kondo.rie@example.jp"},
+        ],
+        "email": {
+            "subject": "Rain tomorrow",
+            "body": "{name} 様\n\nA dessert awaits you tomorrow.\n\nMori no Shokutaku",
+        },
+    }
+}
+
+
+def test_the_plan_reads_as_text_and_tables_and_every_page_leads_on(page, host, approver, registry):
+    approver.is_staff = True
+    approver.save()
+    register_passkey(page, host)
+    ceremony = Ceremony.open_for_result(
+        agent_id="planning-agent", result=PLAN, prompt_message="Approve the plan"
+    )
+    page.goto(f"{host}{ceremony.get_absolute_url()}")
+    shown = page.locator("#arguments")
+    customers = shown.locator("table.value")
+    expect(customers.locator("thead th")).to_have_text(["name", "email"])
+    expect(customers.locator("tbody tr")).to_have_count(2)
+    expect(customers.locator("tbody tr").first).to_contain_text("sato.hanako@example.jp")
+    body = shown.locator("p.text")
+    expect(body).to_have_count(1)
+    assert body.inner_text() == PLAN["plan"]["email"]["body"]  # its line breaks, as lines
+    expect(shown.locator("ul.value li")).to_have_text(PLAN["plan"]["measures"])
+    assert "\\n" not in shown.inner_text() and "{" not in shown.inner_text().replace("{name}", "")
+    expect(page.locator("#arguments-json")).to_be_hidden()  # the exact JSON, folded away
+
+    page.locator("#to-dashboard").click()
+    page.wait_for_url(f"{host}/dashboard/")
+    page.get_by_role("link", name="passkeys").click()
+    page.wait_for_url(f"{host}/passkey/register/")
+    page.goto(f"{host}/dashboard/approvals/")
+    row = page.locator(f"#approval-{ceremony.pk}")
+    expect(row.locator("table.value")).to_be_hidden()  # folded: a plan is long
+    row.locator("summary").click()
+    expect(row.locator("table.value tbody tr")).to_have_count(2)
+    row.get_by_role("link", name="approval page").click()
+    page.wait_for_url(f"{host}{ceremony.get_absolute_url()}")
+    page.click("#reject")
+    expect(page.locator("#status")).to_contain_text("Rejected: nothing ran")
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED
+    assert [p for p in page.problems if "/ws/" not in p] == []
 
 
 @pytest.mark.parametrize("mode", ["https", "localhost"])

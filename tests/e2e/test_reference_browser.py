@@ -13,8 +13,6 @@ With MCPLET_SCREENSHOTS=docs/screenshots it also refreshes the README's pictures
 import os
 from email import policy
 from email.parser import BytesParser
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect
@@ -26,6 +24,13 @@ from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
 from tests.browser import screenshot
 from tests.dashboard.conftest import PAGES, sign_in
+from tests.e2e.walkthrough import (
+    approve_the_emails,
+    approve_the_plan,
+    reference_scripts,
+    register_passkey,
+    run_director,
+)
 from tests.processes import celery_worker, daphne, free_port
 from tests.restaurant.conftest import (  # noqa: F401 (fixtures)
     backend_url,
@@ -40,7 +45,6 @@ from tests.restaurant.test_reference_script import at_risk
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=60_000)  # the worker's agents and MCP servers, not a page's render
 
-SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "scripts" / "reference.yaml"
 NAMESPACE = f"reference-e2e-{os.getpid()}"
 MANAGER, PASSWORD = "tencho", "pw-manager-1"
 
@@ -54,13 +58,10 @@ def port():
 def host_environment(backend_url, port, tmp_path_factory):  # noqa: F811
     """What `make run` would use, on a port of its own; the reference script fetches the
     forecast from the test's backing service."""
-    scripts = tmp_path_factory.mktemp("scripts")
-    text = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
-    (scripts / "reference.yaml").write_text(text, encoding="utf-8")
     return {
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "MCPLET_TEST_NAMESPACE": NAMESPACE,
-        "MCPLET_SCRIPT_DIRS": str(scripts),
+        "MCPLET_SCRIPT_DIRS": reference_scripts(tmp_path_factory.mktemp("scripts"), backend_url),
         "MCPLET_LLM_MODEL": "scripted/reference",
         "PASSKEY_MODE": "localhost",
         "PASSKEY_ORIGIN": f"http://localhost:{port}",
@@ -92,29 +93,6 @@ def reference(scenario, host, django_user_model):  # noqa: F811
     return scenario
 
 
-def register_passkey(page, host):
-    page.goto(f"{host}/passkey/register/")
-    page.fill("#name", "store phone")
-    screenshot(page, "walkthrough-1-register-passkey")
-    page.click("#register button")
-    expect(page.locator("#status")).to_contain_text("Registered")
-
-
-def approve_from_the_dashboard(page, host, tool, shows, picture):
-    """Approvals → the pending call's page → (its loopback port) → Approve with the passkey."""
-    page.goto(f"{host}/dashboard/approvals/")
-    row = page.locator('[data-live="approvals"][data-only="pending"] tr', has_text=tool)
-    expect(row).to_contain_text("waiting for approval")  # arrives live when the worker asks
-    screenshot(page, f"{picture}-pending")
-    row.get_by_role("link", name="approval page").click()
-    page.wait_for_url(lambda url: urlparse(url).port != urlparse(host).port)  # its own port
-    for words in shows:
-        expect(page.locator("main")).to_contain_text(words)
-    screenshot(page, picture)
-    page.click("#approve")
-    expect(page.locator("#status")).to_contain_text("Approved")
-
-
 def test_the_walkthrough_sends_the_campaign_to_exactly_the_guests_at_risk(
     page,
     host,
@@ -124,38 +102,18 @@ def test_the_walkthrough_sends_the_campaign_to_exactly_the_guests_at_risk(
     guests = at_risk()
     sign_in(page, host, MANAGER, PASSWORD)
     register_passkey(page, host)
-
-    page.goto(f"{host}/dashboard/control/")
-    expect(page.locator("#live")).to_have_attribute("data-state", "live")
-    page.get_by_role("button", name="Run Director now").click()
-    # The cycle's outcome, live ("never ran" until then).
-    expect(page.locator('[data-director-result="director"] .badge')).to_have_text("ran")
-    screenshot(page, "walkthrough-2-run-director")
-
-    approve_from_the_dashboard(
-        page,
-        host,
-        "planning-agent",
-        ["キャンペーン計画を承認してください", guests[0]["name"]],
-        "walkthrough-3-approve-plan",
-    )
+    run_director(page, host)
+    approve_the_plan(page, host, guests)
     assert sent_mail(outbox) == []  # the plan is approved; nothing has left yet
-    approve_from_the_dashboard(
-        page,
-        host,
-        "send_email",
-        ["メール送信を承認してください", guests[0]["email"]],
-        "walkthrough-4-approve-emails",
-    )
-
-    page.goto(f"{host}/dashboard/approvals/")
-    done = page.locator('[data-live="approvals"][data-only="decided"] tr', has_text="send_email")
-    expect(done).to_contain_text("Executed")  # when the MCPlet has answered, live
+    approve_the_emails(page, host, guests)
     email = Ceremony.objects.get(tool_name="send_email")
     dispatch = AgentRun.objects.get(agent__agent_id="dispatch-agent")
     page.goto(f"{host}/dashboard/runs/{dispatch.context_id}/")
     expect(page.locator("svg.sequence")).to_contain_text("send_email")
     expect(page.locator("main")).to_contain_text("Success")
+    # Who each run acted for: the Director's workflow, through the agents before it.
+    chain = "via director → info-gathering-agent → planning-agent"
+    expect(page.locator(f"#run-{dispatch.pk} .acts-for")).to_have_text(chain)
     screenshot(page, "walkthrough-5-trace")
     email.refresh_from_db()
     dispatch.refresh_from_db()

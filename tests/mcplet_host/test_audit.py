@@ -114,3 +114,27 @@ def test_concurrent_writers_extend_one_chain():
     for t in threads:
         t.join()
     assert audit.verify_chain() == (40, None)
+
+
+def test_hostile_text_is_recorded_written_out_and_the_chain_holds():
+    """Recording a refusal of hostile input must never fail (issue 14): PostgreSQL refuses NUL,
+    UTF-8 a lone surrogate, JSON an infinite number."""
+    event = audit.record(
+        audit.EventType.TOOL_BLOCKED,
+        actor_id="agent\x00",
+        target_tool="send\x00email\ud800",
+        trace_id="ctx\x00",
+        details={"path": "/a2a/tasks/\x00", "key\x00": ["\udc00", float("inf")], "ok": "café 😀"},
+    )
+    event.refresh_from_db()
+    assert (event.actor_id, event.target_tool, event.trace_id) == (
+        "agent\\x00",
+        "send\\x00email\\ud800",
+        "ctx\\x00",
+    )
+    assert event.details == {
+        "path": "/a2a/tasks/\\x00",
+        "key\\x00": ["\\udc00", "inf"],
+        "ok": "café 😀",
+    }
+    assert audit.verify_chain() == (1, None)

@@ -9,10 +9,14 @@ from django.db import connection
 from django.utils import timezone
 
 from mcplet_host import gateway
+from mcplet_host.authority import HOST, Authority
 from mcplet_host.models import AuditEvent
 from mcplet_host.tasks import expire_ceremonies
+from mcplets.examples.programmable import stdio_params, write_spec
 from passkey.models import Ceremony
-from pools.models import Mcplet, McpServer
+from pools.discovery import discover
+from pools.models import Mcplet, McpServer, Pool
+from tests.conftest import entry
 
 pytestmark = pytest.mark.django_db
 
@@ -84,12 +88,12 @@ def test_a_result_is_checked_against_its_declared_schema(registry):
 
 
 def test_tool_list_is_accepted_model_visible_and_granted(registry):
-    names = lambda agent, partner=None: [t.name for t in gateway.tools_for(agent, partner)]  # noqa: E731
+    names = lambda agent, authority=HOST: [t.name for t in gateway.tools_for(agent, authority)]  # noqa: E731
     common = ["approve_plan", "broken_stats", "query_crm"]  # pool-less and model-visible
     assert names(registry["planning"]) == common
     assert names(registry["info"]) == sorted([*common, "fetch_web_content"])
     assert names(registry["dispatch"]) == sorted([*common, "read_site_stats"])
-    assert names(registry["info"], registry["partner"]) == common
+    assert names(registry["info"], Authority.of_partner("partner-bot")) == common
 
 
 # --- refusals: nothing runs, an audit event says why ----------------------------------------------
@@ -142,13 +146,18 @@ def test_a_pool_that_is_not_granted(registry, calls):
 def test_a_partner_task_needs_the_pool_in_both_grants(registry, calls):
     partner, info = registry["partner"], registry["info"]
     args = {"url": "https://weather.example/tomorrow"}
-    refused = gateway.call_tool(info, "fetch_web_content", args, partner=partner)
+    authority = Authority.of_partner("partner-bot")
+    refused = gateway.call_tool(info, "fetch_web_content", args, authority=authority)
     assert_refused(refused, "X_ACCESS_DENIED", "not granted to partner-bot")
     assert blocked("fetch_web_content", "pool").details["partner"] == "partner-bot"
 
     partner.accessible_pools.add(registry["info-pool"], registry["media-pool"])
-    assert gateway.call_tool(info, "fetch_web_content", args, partner=partner).status == "executed"
-    refused = gateway.call_tool(registry["planning"], "fetch_web_content", args, partner=partner)
+    assert gateway.call_tool(info, "fetch_web_content", args, authority=authority).status == (
+        "executed"
+    )
+    refused = gateway.call_tool(
+        registry["planning"], "fetch_web_content", args, authority=authority
+    )
     assert_refused(refused, "X_ACCESS_DENIED", "not granted to planning-agent")
     assert len(calls()) == 1
 
@@ -190,10 +199,19 @@ def test_the_domain_allowlist(registry, calls):
     assert_refused(
         outcome,
         "X_DOMAIN_NOT_ALLOWED",
-        "https://evil.example/steal is outside the pool info-pool's",
+        "The pool info-pool's domain allowlist (*.weather.example, crm.example) refuses "
+        "'https://evil.example/steal' points to evil.example, which is not on the allowlist.",
     )
     assert outcome.envelope["error"]["retryable"] is False
-    assert len(calls()) == 1 and blocked("fetch_web_content", "domain_allowlist")
+    # urlsplit reads crm.example in it; the HTTP clients that fetch it connect to evil.example.
+    backslash = {"url": "http://evil.example\\@crm.example/"}
+    outcome = gateway.call_tool(info, "fetch_web_content", backslash)
+    assert_refused(outcome, "X_DOMAIN_NOT_ALLOWED", "is ambiguous: it holds a backslash")
+    # A wildcard matches whole labels: *.weather.example is not evilweather.example.
+    outcome = gateway.call_tool(info, "fetch_web_content", {"url": "https://evilweather.example/"})
+    assert_refused(outcome, "X_DOMAIN_NOT_ALLOWED", "points to evilweather.example")
+    assert len(calls()) == 1
+    assert AuditEvent.objects.filter(details__rule="domain_allowlist").count() == 3
 
 
 @pytest.mark.parametrize(
@@ -380,3 +398,107 @@ def test_admin_lists_held_calls_and_rejects_them(registry, calls, staff_client):
     )
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED and calls() == []
+
+
+# --- an approved call that got no answer ---------------------------------------------------------
+
+
+@pytest.fixture
+def slow_tool(tmp_path, calls, settings, registry):
+    """An action on its own server that answers after 3 s, with the host waiting 1 s (once the
+    session is open: launching the server may take longer than that on a busy machine)."""
+    spec = tmp_path / "slow.json"
+    write_spec(spec, [{**entry("book_table", "action", ("app",)), "sleep": 3}, entry("ping")])
+    command, args = stdio_params(spec, calls_log=calls.path)
+    discover(McpServer.objects.create(name="slow", transport="stdio", command=command, args=args))
+    assert gateway.call_tool(registry["planning"], "ping", {}).status == "executed"
+    settings.MCPLET_TOOL_TIMEOUT = 1
+    return "book_table"
+
+
+def test_an_approved_call_that_got_no_answer_is_outcome_unknown_and_never_resent(
+    registry, calls, admin_user, slow_tool, staff_client
+):
+    ceremony = gateway.call_tool(registry["planning"], slow_tool, {}, "app").ceremony
+    assert ceremony.approve(admin_user)
+    gateway.resume(ceremony.pk)
+
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.OUTCOME_UNKNOWN, ceremony.result
+    assert ceremony.get_status_display() == "outcome unknown" and ceremony.is_final
+    error = ceremony.result["error"]
+    assert error["code"] == "X_OUTCOME_UNKNOWN" and error["retryable"] is False
+    assert "may have run" in error["message"] and "will not send it again" in error["message"]
+    (call,) = calls(slow_tool)  # it reached the server: the server's own log says so
+    assert call["meta"]["idempotencyKey"] == ceremony.token  # what a person's re-run reuses
+    gateway.resume(ceremony.pk)  # a redelivered resume: the host never sends it again
+    assert len(calls(slow_tool)) == 1
+    executed = AuditEvent.objects.get(event_type="TOOL_EXECUTED", target_tool=slow_tool)
+    assert (executed.result, executed.details["code"]) == ("FAILURE", "X_OUTCOME_UNKNOWN")
+    approvals = staff_client.get("/dashboard/approvals/").content.decode()
+    row = approvals.split(f'id="approval-{ceremony.pk}"')[1].split("</tr>")[0]
+    assert "outcome unknown" in row and "X_OUTCOME_UNKNOWN" in row and "will not re-send" in row
+
+
+# --- a pool that does not exist (issue 14, reproduction 3) -------------------------------------
+
+
+def test_deleting_a_pool_makes_its_tools_unroutable_at_once(registry, calls, admin_user):
+    held = hold_email(registry)  # send_email declares media-pool
+    held.approve(admin_user, assertion=ASSERTION)
+    Pool.objects.get(name="media-pool").delete()
+
+    names = lambda agent: {t.name for t in gateway.tools_for(agent)}  # noqa: E731
+    for agent in (registry["planning"], registry["dispatch"], registry["info"]):
+        assert "read_site_stats" not in names(agent)
+        outcome = gateway.call_tool(agent, "read_site_stats", {})
+        assert_refused(outcome, "NOT_FOUND", "declares the pool 'media-pool'")
+    gateway.resume(held.pk)
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.FAILED and held.result["error"]["code"] == "NOT_FOUND"
+    assert calls() == []
+    refusals = AuditEvent.objects.filter(event_type="TOOL_BLOCKED", details__rule="routable")
+    assert refusals.count() == 4
+
+    # The pool created again (and granted again): its tools route without a new discovery.
+    registry["dispatch"].accessible_pools.add(Pool.objects.create(name="media-pool"))
+    assert "read_site_stats" in names(registry["dispatch"])
+    assert "read_site_stats" not in names(registry["planning"])
+    assert gateway.call_tool(registry["dispatch"], "read_site_stats", {}).status == "executed"
+    assert len(calls("read_site_stats")) == 1
+
+
+def test_a_renamed_pool_no_longer_routes_the_tools_declaring_its_old_name(registry, calls):
+    Pool.objects.filter(name="media-pool").update(name="media-pool-2")
+    assert "read_site_stats" not in {t.name for t in gateway.tools_for(registry["dispatch"])}
+    outcome = gateway.call_tool(registry["dispatch"], "read_site_stats", {})
+    assert_refused(outcome, "NOT_FOUND", "declares the pool 'media-pool'")
+    assert calls() == []
+
+
+# --- hostile text (issue 14, reproduction 5) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "surface", "says"),
+    [
+        ("query_crm\x00", {"filter": "x"}, "model", "The tool name 'query_crm\\x00' is not"),
+        ("query_crm\ud800", {"filter": "x"}, "model", "The tool name 'query_crm\\ud800' is not"),
+        ("query_crm", {"filter": "x"}, "mo\x00del", "The surface 'mo\\x00del' is not"),
+        ("query_crm", {"filter": "x\x00"}, "model", "arguments at filter: it holds a NUL"),
+        ("query_crm", {"filter": "x", "k\x00": 1}, "model", "arguments at (the arguments): a key"),
+        ("query_crm", {"filter": "\udc00"}, "model", "arguments at filter: it holds a lone"),
+        ("query_crm", {"filter": "x", "n": float("inf")}, "model", "at n: it is not a finite"),
+        ("fetch_web_content", {"url": "https://w.example/\x00"}, "model", "at url: it holds a NUL"),
+        ("send_email", {"to": ["a@b.example\x00"], "body": "x"}, "app", "at to[0]: it holds a"),
+    ],
+)
+def test_text_the_database_cannot_hold_is_refused_and_audited(
+    registry, calls, tool, arguments, surface, says
+):
+    outcome = gateway.call_tool(registry["info"], tool, arguments, surface)
+    assert_refused(outcome, "VALIDATION_ERROR", says)
+    assert "\x00" not in str(outcome.envelope)
+    event = AuditEvent.objects.get(event_type="TOOL_BLOCKED", details__rule="input")
+    assert "\x00" not in event.target_tool + event.details["surface"]
+    assert calls() == [] and not Ceremony.objects.exists()

@@ -8,11 +8,22 @@ import urllib.request
 
 from tests.processes import ROOT, free_port
 
+MANAGE = [sys.executable, "manage.py"]
+
+
+def embedded(tmp_path, **extra):
+    """The embedded default's environment: no DATABASE_URL, REDIS_URL or passkey origin."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL", "PASSKEY_ORIGIN", "MCPLET_PORT")
+    }
+    env.update(SECRET_KEY="runhost-test", MCPLET_VAR_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
+    return env | extra
+
 
 def test_runhost_serves_health_admin_and_prints_the_walkthrough(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(SECRET_KEY="runhost-test", MCPLET_VAR_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
-    manage = [sys.executable, "manage.py"]
+    env, manage = embedded(tmp_path), MANAGE
     subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
     port, restaurant = free_port(), free_port()
     seed = [*manage, "seed_reference", "--api-url", f"http://127.0.0.1:{restaurant}"]
@@ -48,3 +59,20 @@ def test_runhost_serves_health_admin_and_prints_the_walkthrough(tmp_path):
     finally:
         host.terminate()
         host.wait(20)
+
+
+def test_runhost_refuses_a_passkey_origin_it_does_not_serve(tmp_path):
+    """Localhost mode: passkeys are registered on the host's own page, at PASSKEY_ORIGIN."""
+    port = free_port()
+    result = subprocess.run(
+        [*MANAGE, "runhost", f"--port={port}", "--restaurant-port", "0"],
+        cwd=ROOT,
+        env=embedded(tmp_path, PASSKEY_ORIGIN="http://localhost:8000"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert (
+        f"PASSKEY_ORIGIN is http://localhost:8000, but this host serves http://localhost:{port}"
+    ) in result.stderr

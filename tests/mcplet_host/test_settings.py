@@ -63,3 +63,46 @@ def test_https_mode_takes_http_localhost_a_secure_context():
         PASSKEY_MODE="https", PASSKEY_RP_ID="localhost", PASSKEY_ORIGIN="http://localhost:8000"
     )
     assert result.returncode == 0, result.stderr
+
+
+def setting(name, **env):
+    """A setting as a process with this environment (and no origin or port of ours) reads it."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("PASSKEY_ORIGIN", "MCPLET_PORT")}
+    result = subprocess.run(
+        [sys.executable, "-c", f"from mcplet_host import settings; print(settings.{name})"],
+        cwd=ROOT,
+        env=inherited | {"SECRET_KEY": "test"} | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_the_passkey_origin_follows_the_port_the_host_serves_unless_set():
+    assert setting("PASSKEY_ORIGIN") == "http://localhost:8000"
+    assert setting("PASSKEY_ORIGIN", MCPLET_PORT="8123") == "http://localhost:8123"
+    configured = {"MCPLET_PORT": "8123", "PASSKEY_ORIGIN": "https://localhost"}
+    assert setting("PASSKEY_ORIGIN", **configured) == "https://localhost"
+
+
+def test_an_origin_with_a_bad_port_is_refused():
+    result = start_django(PASSKEY_ORIGIN="http://localhost:80000")
+    assert "PASSKEY_ORIGIN='http://localhost:80000' is not a valid URL: Port out of range" in (
+        result.stderr
+    )
+
+
+def test_localhost_mode_needs_the_localhost_rp_id():
+    """§16.3: in localhost mode the page is served on a loopback port per ceremony, whose
+    origin (http://localhost:PORT) only matches the rpId `localhost`."""
+    result = start_django(
+        PASSKEY_MODE="localhost",
+        PASSKEY_RP_ID="host.example",
+        PASSKEY_ORIGIN="https://host.example",
+    )
+    assert result.returncode != 0 and "ImproperlyConfigured" in result.stderr
+    assert "PASSKEY_RP_ID='host.example' must be 'localhost' when PASSKEY_MODE=localhost" in (
+        result.stderr
+    )

@@ -45,8 +45,8 @@ def test_the_page_shows_who_asks_which_tool_and_exactly_what_runs(approver_clien
     assert "dispatch-agent" in page and "send_email" in page and "reference" in page
     assert "Approve the e-mail" in page  # the tool's promptMessage
     for recipient in ("sato@example.jp", "kim@example.kr"):
-        assert f"<li>{recipient}</li>" in page
-    assert '<pre class="text">Free dessert tomorrow!</pre>' in page
+        assert f'<li><span class="text">{recipient}</span></li>' in page
+    assert '<span class="text">Free dessert tomorrow!</span>' in page
     assert 'id="approve"' in page and 'id="reject"' in page
     seconds = int(re.search(r'data-seconds-left="(\d+)"', page).group(1))
     assert 0 < seconds <= held.seconds_left + 1 and 'id="countdown"' in page
@@ -107,10 +107,12 @@ def test_an_unknown_ceremony_is_a_404(approver_client):
         (Ceremony.Status.REJECTED, "Rejected: nothing ran"),
         (Ceremony.Status.EXPIRED, "Expired"),
         (Ceremony.Status.EXECUTED, "Approved"),
+        (Ceremony.Status.FAILED, "The call failed: SERVICE_UNAVAILABLE: http://127.0.0.1:9/v"),
     ],
 )
 def test_a_decided_ceremony_says_it_is_done(approver_client, held, status, text):
-    Ceremony.objects.filter(pk=held.pk).update(status=status)
+    error = {"code": "SERVICE_UNAVAILABLE", "message": "http://127.0.0.1:9/v is unreachable"}
+    Ceremony.objects.filter(pk=held.pk).update(status=status, result={"error": error})
     page = approver_client.get(url(held)).content.decode()
     assert text in page and "This page is done" in page and 'id="approve"' not in page
 
@@ -121,15 +123,63 @@ def test_an_overdue_ceremony_cannot_be_approved(approver_client, held):
     assert 'data-state="expired"' in page and 'id="approve"' not in page
 
 
-def test_a_result_to_confirm(approver_client):
+PLAN = {
+    "plan": {
+        "summary": "Offer a free dessert on rainy days",
+        "measures": ["e-mail the guests", "lend umbrellas"],
+        "targetCustomers": [
+            {"name": "佐藤 花子", "email": "sato@example.jp"},
+            {"name": "<b>Kim</b>", "email": "kim@example.kr", "vip": True},
+        ],
+        "email": {"subject": "Rain tomorrow", "body": "{name} 様\n\nA dessert awaits you.\n"},
+    },
+    "budget": 120,
+    "notes": None,
+}
+
+
+def test_a_result_to_confirm_reads_as_text_lists_and_tables(approver_client):
     ceremony = Ceremony.open_for_result(
-        agent_id="planning-agent",
-        result={"plan": "Offer a free dessert on rainy days", "budget": 120},
-        prompt_message="Hand this plan to dispatch?",
+        agent_id="planning-agent", result=PLAN, prompt_message="Hand this plan to dispatch?"
     )
     page = approver_client.get(url(ceremony)).content.decode()
     assert "Confirm the result of" in page and "planning-agent" in page
-    assert "Offer a free dessert on rainy days" in page and "Hand this plan to dispatch?" in page
+    assert "Hand this plan to dispatch?" in page
+    shown = page.split('id="arguments"')[1].split("</table>\n")[0]
+    assert "\\n" not in shown and "{&quot;" not in shown  # no JSON in the readable part
+    assert '<dt>summary</dt><dd><span class="text">Offer a free dessert' in shown
+    assert '<li><span class="text">lend umbrellas</span></li>' in shown
+    # A list of objects is a table, one column per key; what one row lacks stays empty.
+    assert '<th scope="col">name</th><th scope="col">email</th><th scope="col">vip</th>' in shown
+    assert '<td><span class="text">&lt;b&gt;Kim&lt;/b&gt;</span></td>' in shown
+    assert "<td><code>true</code></td>" in shown
+    assert "<td></td></tr>" in shown
+    # Text with line breaks is a paragraph that keeps them, exactly.
+    assert '<p class="text">{name} 様\n\nA dessert awaits you.\n</p>' in shown
+    assert "<code>120</code>" in shown and "<code>null</code>" in shown
+    assert "&quot;budget&quot;: 120" in page  # the exact JSON, one click away
+
+
+def test_deep_nesting_is_shown_as_json(approver_client):
+    deep = "bottom"
+    for _ in range(30):
+        deep = {"level": deep}
+    ceremony = Ceremony.open_for_result(agent_id="planning-agent", result=deep, prompt_message="")
+    response = approver_client.get(url(ceremony))
+    assert response.status_code == 200 and '<pre class="json">' in response.content.decode()
+
+
+def test_the_page_leads_back_and_to_registration(approver_client, held, approver):
+    page = approver_client.get(url(held)).content.decode()
+    back = url(held).replace("/", "%2F")
+    assert 'id="to-passkeys" href="/passkey/register/"' in page
+    assert f'href="/passkey/register/?next={url(held)}"' in page or f"next={back}" in page
+    assert 'id="to-dashboard"' not in page  # the approver is not staff
+    assert 'id="retry-help"' in page and 'id="cannot-close"' in page
+    approver.is_staff = True
+    approver.save()
+    page = approver_client.get(url(held)).content.decode()
+    assert 'id="to-dashboard" href="/dashboard/"' in page and 'href="/dashboard/approvals/"' in page
 
 
 def test_localhost_mode_sends_the_approver_to_the_ceremonys_own_port(

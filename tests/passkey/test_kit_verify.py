@@ -47,14 +47,19 @@ def test_no_endpoint_is_service_unavailable(monkeypatch):
     assert code(envelope) == "SERVICE_UNAVAILABLE" and envelope["error"]["retryable"] is False
 
 
-def test_an_unreachable_host_is_service_unavailable():
+def test_an_unreachable_host_is_service_unavailable_and_named(monkeypatch):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    envelope = verify_assertion(
-        {"type": "passkey_assertion"}, "mail_guests", {}, url=f"http://127.0.0.1:{port}/x"
-    )
+    url = f"http://127.0.0.1:{port}/x"
+    envelope = verify_assertion({"type": "passkey_assertion"}, "mail_guests", {}, url=url)
     assert code(envelope) == "SERVICE_UNAVAILABLE" and envelope["error"]["retryable"] is True
+    message = envelope["error"]["message"]
+    assert message.startswith(f"the verify-assertion endpoint {url} is unreachable: ")
+    assert "Connection refused" in message
+    monkeypatch.setenv("MCPLET_VERIFY_URL", url)  # from the environment: the message says so
+    envelope = verify_assertion({"type": "passkey_assertion"}, "mail_guests", {})
+    assert f"{url} (set in MCPLET_VERIFY_URL) is unreachable" in envelope["error"]["message"]
 
 
 def test_verified_then_refused_with_the_hosts_reason(approved, endpoint, verify_token, monkeypatch):

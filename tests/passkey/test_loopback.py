@@ -64,6 +64,26 @@ def test_it_serves_its_own_ceremony_only(held, registry):
     assert get(server, "/static/passkey/ceremony.js")[0] == 200
 
 
+def test_its_page_links_to_the_hosts_own_pages(held, approver, localhost_mode):
+    from django.test import Client
+
+    approver.is_staff = True
+    approver.save()
+    server, client = loopback.serve(held), Client()
+    client.force_login(approver)
+    response = client.get(
+        url(held),
+        HTTP_HOST=f"localhost:{server.port}",
+        **{loopback.ORIGIN_KEY: server.origin, loopback.CEREMONY_KEY: held.token},
+    )
+    page = response.content.decode()
+    assert 'id="approve"' in page  # the loopback page itself
+    host = "http://localhost:8000"  # PASSKEY_ORIGIN: registration and the dashboard live there
+    assert f'href="{host}/passkey/register/?next={url(held)}"' in page
+    assert f'id="to-dashboard" href="{host}/dashboard/"' in page
+    assert f"localhost:{server.port}/passkey/register" not in page
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1:{port}", "evil.example:{port}", "localhost"])
 def test_other_host_names_are_refused(held, host):
     server = loopback.serve(held)

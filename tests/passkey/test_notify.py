@@ -7,6 +7,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.core import mail
 
+from mcplet_host import gateway
+from mcplet_host.authority import Authority
 from passkey import loopback, notify
 from passkey.models import Ceremony
 from tests.passkey.conftest import ORIGIN, hold_email, url
@@ -40,6 +42,26 @@ def test_every_approver_gets_an_email_with_the_link(held, people, mailoutbox):
     assert f"{ORIGIN}{url(held)}" in mail.body
     assert "dispatch-agent" in mail.body and "Approve the e-mail" in mail.body
     assert "Free dessert" not in mail.body  # the arguments are shown after sign-in only
+
+
+def test_the_email_says_who_proposed_it_and_for_whom(registry, approver, mailoutbox):
+    registry["partner"].accessible_pools.add(registry["media-pool"])
+    email = {"to": ["sato@example.jp"], "body": "Free dessert tomorrow!"}
+    authority = Authority("partner-bot", ("director", "info-gathering-agent"))
+    held = gateway.call_tool(
+        registry["dispatch"],
+        "send_email",
+        email,
+        "app",
+        authority=authority,
+        proposed_by_model=True,
+    ).ceremony
+    notify.announce(held.pk)
+    (mail,) = mailoutbox
+    assert mail.body.startswith(
+        "dispatch-agent's model proposes this; it waits for your approval, on behalf of the "
+        "partner agent partner-bot, via director → info-gathering-agent.\n"
+    )
 
 
 def test_a_new_ceremony_is_announced_once_committed(

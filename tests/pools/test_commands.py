@@ -1,14 +1,17 @@
 import json
 import shlex
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from mcplets.examples.programmable import stdio_params
+from mcplets.examples.programmable import serve_http, stdio_params
 from pools.models import McpServer
 from tests.pools.conftest import tool
+from tests.processes import ROOT, environment, free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -32,15 +35,17 @@ def test_add_mcp_server_stdio_and_http(tmp_path):
     )
     assert "Registered crm" in out and "abc" not in out
 
-    run(
+    out, _ = run(
         "add_mcp_server",
         "erp",
         "--url",
         "http://localhost:9100/mcp",
         "--header",
         "Authorization: Bearer x",
+        "--no-check",  # not up yet
     )
     assert McpServer.objects.get(name="erp").headers == {"Authorization": "Bearer x"}
+    assert "not checked" in out
 
 
 @pytest.mark.parametrize(
@@ -58,9 +63,66 @@ def test_add_mcp_server_refuses_bad_input(args, message):
 
 
 def test_add_mcp_server_refuses_a_duplicate_name():
-    run("add_mcp_server", "crm", "--url", "http://x/mcp")
+    run("add_mcp_server", "crm", "--url", "http://x/mcp", "--no-check")
     with pytest.raises(CommandError, match="already exists"):
-        run("add_mcp_server", "crm", "--url", "http://y/mcp")
+        run("add_mcp_server", "crm", "--url", "http://y/mcp", "--no-check")
+
+
+def test_add_mcp_server_checks_that_a_url_answers_mcp(spec):
+    server = spec([tool("query_crm")])
+    with serve_http(server.path) as url:
+        out, _ = run("add_mcp_server", "crm", "--url", url)
+        assert "which answers MCP" in out
+        wrong = url.replace("/mcp", "/nope")
+        with pytest.raises(CommandError) as refused:
+            run("add_mcp_server", "erp", "--url", wrong)
+    assert f"erp: {wrong} answered HTTP 404 Not Found" in str(refused.value)
+    assert "--no-check" in str(refused.value)
+    down = f"http://127.0.0.1:{free_port()}/mcp"
+    with pytest.raises(CommandError, match=f"down: {down}: ConnectError: Connection refused"):
+        run("add_mcp_server", "down", "--url", down, "--timeout", "5")
+    assert list(McpServer.objects.values_list("name", flat=True)) == ["crm"]
+
+
+def test_add_mcp_server_checks_that_a_stdio_command_exists_and_starts():
+    with pytest.raises(CommandError, match="the command 'no-such-mcp-server' is not on the PATH"):
+        run("add_mcp_server", "ghost", "--stdio", "no-such-mcp-server --flag")
+    with pytest.raises(CommandError, match="/nowhere/server does not exist"):
+        run("add_mcp_server", "ghost", "--stdio", "/nowhere/server")
+    crash = "import sys; sys.stderr.write('crm: CRM_TOKEN is not set\\n'); sys.exit(3)"
+    with pytest.raises(CommandError) as failed:
+        run("add_mcp_server", "crm", "--stdio", shlex.join(["python", "-c", crash]))
+    # The reason is in the error, from the server's stderr (which went to its log).
+    assert "ends with:\ncrm: CRM_TOKEN is not set" in str(failed.value)
+    assert not McpServer.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_servers_output_stays_out_of_the_commands_output(tmp_path, spec):
+    """A stdio server's stderr goes to its log; an HTTP server's requests are not logged."""
+
+    def manage(*args):
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=environment(MCPLET_VAR_DIR=str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    added = manage("add_mcp_server", "plain", "--stdio", "python -m tests.pools.plain_server")
+    discovered = manage("discover_mcplets", "plain")
+    assert "plain: 0 accepted, 2 rejected" in discovered.stderr
+    with serve_http(spec([tool("query_crm")]).path) as url:
+        over_http = manage("add_mcp_server", "crm", "--url", url)
+    for done in (added, discovered, over_http):
+        assert done.returncode == 0, done.stderr
+        assert "listening on stdio" not in done.stdout + done.stderr
+        assert "HTTP Request" not in done.stdout + done.stderr
+    log = (tmp_path / "log" / "plain.log").read_text()
+    assert "launching python -m tests.pools.plain_server" in log
+    assert log.count("plain server: listening on stdio") == 2  # the check, then discovery
 
 
 def test_discover_mcplets_prints_one_row_per_tool(spec):
@@ -96,7 +158,7 @@ def test_discover_mcplets_fails_when_a_server_does_not_answer(spec):
     server = spec([tool("query_crm")])
     command, args = stdio_params(server.path)
     run("add_mcp_server", "crm", "--stdio", shlex.join([command, *args]))
-    run("add_mcp_server", "down", "--url", "http://127.0.0.1:1/mcp")
+    run("add_mcp_server", "down", "--url", "http://127.0.0.1:1/mcp", "--no-check")
     with pytest.raises(CommandError, match="1 server\\(s\\) did not answer: down: "):
         run("discover_mcplets", "--timeout", "5")
     assert McpServer.objects.get(name="crm").status == "connected"

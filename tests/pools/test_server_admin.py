@@ -1,6 +1,9 @@
+import html
+
 import pytest
 
 from pools.forms import MASK
+from pools.mcp_client import ServerConfig
 from pools.models import McpServer
 
 pytestmark = pytest.mark.django_db
@@ -89,3 +92,48 @@ def test_stdio_server_needs_a_command_and_splits_arguments(staff_client):
 def test_a_masked_line_without_a_saved_value_is_refused(staff_client):
     page = staff_client.post("/admin/pools/mcpserver/add/", form(headers=f"Authorization: {MASK}"))
     assert b"has no saved value to keep" in page.content
+
+
+def test_a_plain_url_is_shown_again_a_secret_is_not(staff_client):
+    env = (
+        "MCPLET_VERIFY_URL=http://localhost:8123/auth/verify-assertion\n"
+        "MCPLET_VERIFY_TOKEN=mcpv_abcdef\n"
+        "CRM_URL=https://crm.example/api?key=k3y\n"  # a credential in the query
+        "DSN=https://bob:pw@db.example/\n"
+        "API_KEY_URL=https://keys.example/\n"  # its name says secret
+        "REGION=eu-west-1"
+    )
+    response = staff_client.post(
+        "/admin/pools/mcpserver/add/",
+        form(name="mailer", transport="stdio", url="", headers="", command="python", env=env),
+    )
+    assert response.status_code == 302, response.content
+    server = McpServer.objects.get(name="mailer")
+    url = f"/admin/pools/mcpserver/{server.pk}/change/"
+    page = staff_client.get(url).content.decode()
+    assert "MCPLET_VERIFY_URL= http://localhost:8123/auth/verify-assertion" in page
+    for name, value in (("MCPLET_VERIFY_TOKEN", "abcdef"), ("CRM_URL", "k3y"), ("DSN", "pw@")):
+        assert f"{name}= {MASK}" in page and value not in page
+    assert f"API_KEY_URL= {MASK}" in page and f"REGION= {MASK}" in page
+    # Saving the form as shown keeps every value.
+    shown = page.split('name="env"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
+    data = form(name="mailer", transport="stdio", url="", headers="", command="python")
+    assert staff_client.post(url, data | {"env": html.unescape(shown)}).status_code == 302
+    server.refresh_from_db()
+    assert server.env["MCPLET_VERIFY_TOKEN"] == "mcpv_abcdef" and len(server.env) == 6
+
+
+def test_a_stdio_server_is_launched_with_the_hosts_verify_url(settings):
+    """Derived when the host launches it, unless the server sets its own: never stored."""
+    settings.PASSKEY_ORIGIN, settings.MCPLET_VERIFY_URL = "http://localhost:8123", None
+    stdio = McpServer.objects.create(name="mailer", transport="stdio", command="python")
+    assert dict(ServerConfig.of(stdio).env) == {
+        "MCPLET_VERIFY_URL": "http://localhost:8123/auth/verify-assertion"
+    }
+    assert McpServer.objects.get(pk=stdio.pk).env == {}
+    settings.MCPLET_VERIFY_URL = "http://web:8000/auth/verify-assertion"
+    assert dict(ServerConfig.of(stdio).env)["MCPLET_VERIFY_URL"] == settings.MCPLET_VERIFY_URL
+    stdio.env = {"MCPLET_VERIFY_URL": "https://elsewhere.example/auth/verify-assertion"}
+    assert dict(ServerConfig.of(stdio).env) == stdio.env
+    http = McpServer(name="remote", transport="http", url="http://mcplets:9102/mcp")
+    assert ServerConfig.of(http).env == ()  # its own environment has it (docker compose)

@@ -21,6 +21,7 @@ from agents.models import AgentRun
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
 from tests.agents.openai_stub import Canned, openai_stub
+from tests.processes import free_port
 from tests.restaurant.conftest import approve, sent_mail
 from tests.restaurant.test_reference_script import at_risk
 
@@ -130,3 +131,57 @@ def test_director_to_sent_emails(
             "fetch_web_content",
             "call_external_api",
         }
+
+
+def test_an_unreachable_verify_endpoint_is_failed_everywhere_with_its_url(
+    scenario, backend_url, outbox, manager, tmp_path, settings, staff_client
+):
+    """The e-mail MCPlet cannot reach the host's verify-assertion endpoint: after both
+    approvals nothing is sent, and the call, the run, the approvals, the trace and the overview
+    all say Failed, with the URL it tried and what to check."""
+    script = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    (tmp_path / "reference.yaml").write_text(script, encoding="utf-8")
+    settings.MCPLET_SCRIPT_DIRS, settings.MCPLET_LLM_MODEL = [str(tmp_path)], "scripted/reference"
+    verify_url = f"http://127.0.0.1:{free_port()}/auth/verify-assertion"  # nothing listens
+    mail_server = scenario["servers"]["restaurant-mail"]
+    mail_server.env |= {"MCPLET_VERIFY_URL": verify_url}
+    mail_server.save(update_fields=["env"])
+
+    assert director.run_cycle("director").outcome == "ran"
+    approve(manager, pending())  # the plan
+    email_approval = pending()
+    approve(manager, email_approval)
+
+    email_approval.refresh_from_db()
+    assert email_approval.status == Ceremony.Status.FAILED, email_approval.result
+    error = email_approval.result["error"]
+    assert error["code"] == "SERVICE_UNAVAILABLE" and verify_url in error["message"]
+    assert sent_mail(outbox) == []
+    dispatch = AgentRun.objects.get(agent__agent_id="dispatch-agent")
+    assert dispatch.status == AgentRun.Status.ERROR, dispatch.status  # failed, not cancelled
+    assert dispatch.error["code"] == "SERVICE_UNAVAILABLE"
+    assert verify_url in dispatch.error["message"]
+    assert dispatch.result["dispatched"] == {"succeeded": 0, "failed": 1}
+    response = A2AMessage.objects.get(reply_to=dispatch.request.message_id).body
+    assert response["status"] == "error" and verify_url in response["payload"]["error"]["message"]
+    plan = AgentRun.objects.get(agent__agent_id="planning-agent")
+    assert plan.status == AgentRun.Status.SUCCESS  # its result was approved and handed on
+
+    hint = "MCPLET_VERIFY_URL"
+    approvals = staff_client.get("/dashboard/approvals/").content.decode()
+    row = approvals.split(f'id="approval-{email_approval.pk}"')[1].split("</tr>")[0]
+    assert '<span class="badge" data-status="failed">Failed</span>' in row
+    assert verify_url in row and hint in row and "Executed" not in row
+    plan_approval = Ceremony.objects.get(kind=Ceremony.Kind.RESULT)
+    plan_row = approvals.split(f'id="approval-{plan_approval.pk}"')[1]
+    outcome = plan_row.split('<td class="outcome">')[1].split("</td>")[0]
+    assert outcome == '<span class="badge" data-status="executed">approved</span>'  # not "run"
+    trace = staff_client.get(f"/dashboard/runs/{dispatch.context_id}/").content.decode()
+    run_row = trace.split(f'id="run-{dispatch.pk}"')[1].split("</tr>")[0]
+    assert 'data-status="error" data-field="status_label">Failed</span>' in run_row
+    assert verify_url in run_row and hint in run_row
+    assert f"failed · SERVICE_UNAVAILABLE · the verify-assertion endpoint {verify_url}" in trace
+    overview = staff_client.get("/dashboard/").content.decode()
+    failures = overview.split("Recent failures")[1].split("</section>")[0]
+    assert "dispatch-agent" in failures and ">Failed</span>" in failures
+    assert verify_url in failures and hint in failures

@@ -6,8 +6,10 @@ import socket
 import subprocess
 import sys
 import time
+from importlib import import_module
 
 import pytest
+from django.apps import apps
 from django.conf import settings
 from django.core.management.base import CommandError
 from django_celery_beat.models import PeriodicTask
@@ -55,7 +57,7 @@ def snapshot_of_rows():
 
 
 def test_the_plans_configuration():
-    seed(api_url="http://127.0.0.1:5100", verify_url="http://localhost:8000/auth/verify-assertion")
+    seed(api_url="http://127.0.0.1:5100")
     assert dict(Pool.objects.values_list("name", "rate_limit_per_minute")) == {
         "media-pool": 60,
         "info-pool": 120,
@@ -65,7 +67,8 @@ def test_the_plans_configuration():
     assert crm.args == ["-m", "mcplets.restaurant.crm"]
     assert crm.env == {"RESTAURANT_API_URL": "http://127.0.0.1:5100"}
     mail = McpServer.objects.get(name="restaurant-mail")
-    assert mail.env["MCPLET_VERIFY_URL"] == "http://localhost:8000/auth/verify-assertion"
+    # No verify URL stored with a guessed port: the host gives its own at launch.
+    assert set(mail.env) == {"RESTAURANT_API_URL", "MCPLET_VERIFY_TOKEN"}
     assert BackendToken.authenticate(mail.env["MCPLET_VERIFY_TOKEN"]).server == mail
     assert McpServer.objects.filter(name__startswith="restaurant-").count() == 8
 
@@ -102,6 +105,23 @@ def test_the_plans_configuration():
     crontab = director.schedule.crontab
     assert (crontab.minute, crontab.hour, crontab.day_of_month) == ("0", "7", "*")
     assert director.schedule.task == "agents.run_director"
+
+    # The README's partner example: one agent it may call, with the pool that agent needs.
+    partner = Agent.objects.get(agent_id="partner-bot")
+    assert partner.kind == Agent.Kind.EXTERNAL and partner.pools_beyond_callable_agents() == []
+    assert list(partner.callable_agents.all()) == [info]
+    assert list(partner.accessible_pools.values_list("name", flat=True)) == ["info-pool"]
+
+
+def test_a_fixed_verify_url_is_kept_until_the_next_seed_without_it():
+    seed(verify_url="http://host.internal:8123/auth/verify-assertion")
+    mail = McpServer.objects.get(name="restaurant-mail")
+    assert mail.env["MCPLET_VERIFY_URL"] == "http://host.internal:8123/auth/verify-assertion"
+    assert "MCPLET_VERIFY_URL" not in McpServer.objects.get(name="restaurant-crm").env
+    seed()
+    assert "MCPLET_VERIFY_URL" not in McpServer.objects.get(name="restaurant-mail").env
+    with pytest.raises(CommandError, match="verify-url"):
+        seed(verify_url="localhost:8000/auth/verify-assertion")
 
 
 def test_running_it_twice_changes_nothing():
@@ -220,3 +240,18 @@ def test_discovery_that_cannot_run_does_not_fail_the_seed():
     out = seed(http=True, base_port=port, discover=True)
     assert out.count("discovery of restaurant-") == 8 and "Reference scenario ready." in out
     assert Agent.objects.filter(agent_id="director").exists()
+
+
+def test_a_database_seeded_with_the_old_guessed_port_is_mended_by_migrate():
+    """`make run` seeds once; before, seed_reference stored PASSKEY_ORIGIN's default port."""
+    seeded = "http://localhost:8000/auth/verify-assertion"
+    seed(verify_url=seeded)
+    chosen = "http://host.internal:8123/auth/verify-assertion"  # an operator's, kept
+    sns = McpServer.objects.get(name="restaurant-sns")
+    sns.env |= {"MCPLET_VERIFY_URL": chosen}
+    sns.save()
+    migration = import_module("pools.migrations.0006_derive_reference_verify_url")
+    migration.derive_at_launch(apps, None)
+    mail = McpServer.objects.get(name="restaurant-mail")
+    assert set(mail.env) == {"RESTAURANT_API_URL", "MCPLET_VERIFY_TOKEN"}
+    assert McpServer.objects.get(name="restaurant-sns").env["MCPLET_VERIFY_URL"] == chosen

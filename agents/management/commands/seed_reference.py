@@ -1,7 +1,7 @@
 """`manage.py seed_reference`: the restaurant scenario's configuration (plan §4–§6) — pools, the
-eight MCPlet servers, the three agents with their grants and hand-offs, and the Director on its
-07:00 schedule. Idempotent: running it again brings the reference rows back to these values
-(an agent's `model`, once chosen by an operator, is kept)."""
+eight MCPlet servers, the three agents with their grants and hand-offs, the Director on its
+07:00 schedule, and the README's example partner. Idempotent: running it again brings the
+reference rows back to these values (an agent's `model`, once chosen by an operator, is kept)."""
 
 import os
 
@@ -12,6 +12,7 @@ from django.db import transaction
 from agents.models import Agent
 from mcplets.restaurant import SERVERS, STRICT_MODULES
 from mcplets.restaurant.common import API_TOKEN_ENV, API_URL_ENV, DEFAULT_API_URL
+from mcplets.verify import URL_ENV as VERIFY_URL_ENV
 from passkey.models import VERIFY_KEY_PREFIX, BackendToken, hash_token
 from pools.discovery import discover
 from pools.models import McpServer, Pool
@@ -21,6 +22,7 @@ POOLS = {
     "info-pool": (120, "Outside information: web pages and partner APIs."),
 }
 SCHEDULE = "0 7 * * *"
+PARTNER = "partner-bot"
 PLAN_APPROVAL_PROMPT = "キャンペーン計画を承認してください (approve the campaign plan)"
 
 # --- the agents' contracts (their §18.2 cards) -------------------------------------------------
@@ -189,8 +191,8 @@ cancellation tendency, and draw up measures that lower the cancellation rate."
 class Command(BaseCommand):
     help = (
         "Create or update the restaurant reference scenario: pools, the eight MCPlet servers, "
-        "the info/planning/dispatch agents with their grants and hand-offs, and the Director "
-        "(07:00 daily). Safe to run again."
+        "the info/planning/dispatch agents with their grants and hand-offs, the Director "
+        "(07:00 daily) and the example partner partner-bot. Safe to run again."
     )
 
     def add_arguments(self, parser):
@@ -218,9 +220,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--verify-url",
-            default=os.environ.get("MCPLET_VERIFY_URL", ""),
-            help="stdio: the host's verify-assertion URL as the strict MCPlets reach it "
-            "(default PASSKEY_ORIGIN + /auth/verify-assertion)",
+            default="",
+            help="stdio: a fixed verify-assertion URL for the strict MCPlets (default: none "
+            "stored; the host gives them its own when it launches them, see MCPLET_VERIFY_URL)",
         )
         parser.add_argument(
             "--discover", action="store_true", help="run discovery on each server afterwards"
@@ -230,7 +232,8 @@ class Command(BaseCommand):
         api_url = api_url.rstrip("/")
         if not api_url.startswith(("http://", "https://")):
             raise CommandError(f"--api-url {api_url!r} is not an http(s) URL.")
-        verify_url = verify_url or settings.PASSKEY_ORIGIN.rstrip("/") + "/auth/verify-assertion"
+        if verify_url and not verify_url.startswith(("http://", "https://")):
+            raise CommandError(f"--verify-url {verify_url!r} is not an http(s) URL.")
         with transaction.atomic():
             pools = self.seed_pools()
             servers = self.seed_servers(http, http_host, base_port, api_url, verify_url)
@@ -265,8 +268,9 @@ class Command(BaseCommand):
                 if os.environ.get(API_TOKEN_ENV):
                     env[API_TOKEN_ENV] = os.environ[API_TOKEN_ENV]
                 if strict:
-                    env["MCPLET_VERIFY_URL"] = verify_url
                     env["MCPLET_VERIFY_TOKEN"] = (server.env or {}).get("MCPLET_VERIFY_TOKEN", "")
+                    if verify_url:
+                        env[VERIFY_URL_ENV] = verify_url
                 server.transport = McpServer.Transport.STDIO
                 server.command, server.args = "python", ["-m", info.dotted]
                 server.env, server.url = env, ""
@@ -394,6 +398,17 @@ class Command(BaseCommand):
         director.accessible_pools.clear()
         director.targets.set([agents["info-gathering-agent"]])
         director.schedule_cron(SCHEDULE)
+        # The README's partner example: it may ask the information agent, with the one pool that
+        # agent's analysis needs (a partner's task runs with the pools both hold; with none,
+        # the forecast and supplier MCPlets would be refused).
+        partner = self.upsert(
+            PARTNER,
+            kind=Agent.Kind.EXTERNAL,
+            display_name="Example partner (README)",
+            description="A partner agent on the A2A REST API: may ask the information agent.",
+        )
+        partner.accessible_pools.set([pools["info-pool"]])
+        partner.callable_agents.set([agents["info-gathering-agent"]])
         for agent_id, agent in agents.items():
             pools_text = ", ".join(grants[agent_id]) or "pool-less MCPlets only"
             nxt = f" → {agent.hands_off_to.agent_id}" if agent.hands_off_to else ""
@@ -401,6 +416,10 @@ class Command(BaseCommand):
         self.stdout.write(
             f"director: {SCHEDULE} ({settings.TIME_ZONE}) → info-gathering-agent "
             f"(periodic task {director.schedule.name!r})"
+        )
+        self.stdout.write(
+            f"partner {PARTNER} [info-pool] may call info-gathering-agent "
+            f"(a key: manage.py create_partner_key {PARTNER})"
         )
 
     def upsert(self, agent_id, **fields):

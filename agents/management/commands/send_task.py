@@ -1,19 +1,21 @@
 import json
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from a2a import bus
 from a2a.models import A2AMessage
 from a2a.schemas import A2AValidationError
-from agents.models import Agent
+from agents.models import Agent, AgentRun
 from mcplet_host.celery import run_here_when_embedded
 
 
 class Command(BaseCommand):
     help = (
-        "Send one A2A task on the local bus and print its task response. In the embedded mode "
-        "(no REDIS_URL) this process runs the task itself; otherwise a worker does."
+        "Send one A2A task on the local bus and print its task response, or, when the run waits "
+        "for a person, where to approve it. In the embedded mode (no REDIS_URL) this process "
+        "runs the task itself; otherwise a worker does."
     )
 
     def add_arguments(self, parser):
@@ -45,9 +47,27 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(response.body, indent=2, ensure_ascii=False))
                 if response.status not in ("success",):
                     raise CommandError(f"The task ended with status {response.status}.")
+                # The workflow may go on after this answer (hand-offs) and wait for a person.
+                self.tell_waiting(AgentRun.objects.filter(context_id=request.context_id))
                 return
+            if self.tell_waiting(AgentRun.objects.filter(request__message_id=request.message_id)):
+                return  # answered once a person decides: nothing to wait for here
             time.sleep(0.2)
         raise CommandError(
-            f"No response within {wait:g} s; the run may be waiting for an approval "
+            f"No response within {wait:g} s; the run may still be working "
             "(see the dashboard or admin › Agent runs)."
         )
+
+    def tell_waiting(self, runs):
+        """Say which of `runs` wait for an approval, and where to give it; True if any."""
+        waiting = runs.filter(status=AgentRun.Status.AWAITING_APPROVAL, waiting_for__isnull=False)
+        waiting = list(waiting.select_related("agent", "waiting_for"))
+        origin = settings.PASSKEY_ORIGIN.rstrip("/")
+        for run in waiting:
+            ceremony = run.waiting_for
+            self.stdout.write(
+                f"{run.agent.agent_id} waits for approval: {ceremony.tool_name} "
+                f"({ceremony.prompt_message}).\n"
+                f"Approve or reject it at {origin}{ceremony.get_absolute_url()}"
+            )
+        return bool(waiting)

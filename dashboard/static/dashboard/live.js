@@ -92,7 +92,6 @@
     const row = document.getElementById(templateId).content.firstElementChild.cloneNode(true);
     row.dataset.key = key;
     if (!body.hasAttribute("data-cancel")) row.querySelector(".cancel-cell")?.remove();
-    if (body.hasAttribute("data-compact")) row.querySelector(".args-cell")?.remove();
     if (!body.hasAttribute("data-details")) row.querySelector(".details-cell")?.remove();
     body.querySelector("tr.empty")?.remove();
     body.prepend(row);
@@ -199,13 +198,11 @@
   }
 
   function onApproval(approval) {
-    if (!approval.pending && redrawn("approvals-history")) {
-      redraw("approvals-history", "An approval was decided");
-    }
+    if (redrawn("approvals")) redraw("approvals", "An approval changed");
     for (const body of document.querySelectorAll('[data-live="approvals"]')) {
+      if (body.closest("[data-redraw]")) continue; // the server draws it again
       let row = findRow(body, approval.id);
       if (!row) {
-        if (body.dataset.only === "decided") continue;
         if (!approval.pending) continue;
         row = newRow(body, "tpl-approval", approval.id);
       }

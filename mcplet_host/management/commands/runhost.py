@@ -1,13 +1,14 @@
 import os
 import socket
 import threading
+from urllib.parse import urlsplit
 
 from celery.beat import EmbeddedService
 from celery.worker import WorkController
 from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Agent
 from mcplet_host.asgi import application
@@ -29,7 +30,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--host", default="localhost", help="Interface to bind (default localhost)."
         )
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=settings.MCPLET_PORT,
+            help="Port to serve (default MCPLET_PORT, 8000); also the passkey origin's port.",
+        )
         parser.add_argument(
             "--concurrency", type=int, default=4, help="Worker threads (default 4)."
         )
@@ -41,6 +47,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, host, port, concurrency, restaurant_port, **options):
+        self._check_origin(port)
         worker = WorkController(
             app=app,
             hostname=f"runhost@{socket.gethostname()}",
@@ -63,7 +70,7 @@ class Command(BaseCommand):
         stop_watcher = watcher.start_in_thread()
         restaurant = self._start_restaurant(restaurant_port)
         if restaurant is not None:
-            self._print_walkthrough(f"http://{host}:{port}")
+            self._print_walkthrough(settings.PASSKEY_ORIGIN.rstrip("/"))
         try:
             Server(
                 application=application,
@@ -77,6 +84,22 @@ class Command(BaseCommand):
             stop_watcher()
             beat.stop()
             worker.stop(in_sighandler=False)
+
+    def _check_origin(self, port):
+        """In localhost mode approvers register their passkeys on this host's own pages, so the
+        passkey origin must be the address it serves. (In https mode a proxy may stand between:
+        the origin is the public address, whatever port runhost listens on.)"""
+        if settings.PASSKEY_MODE != "localhost":
+            return
+        served = f"http://localhost:{port}"
+        origin = urlsplit(settings.PASSKEY_ORIGIN)
+        if (origin.scheme, origin.hostname, origin.port or 80) != ("http", "localhost", port):
+            raise CommandError(
+                f"PASSKEY_ORIGIN is {settings.PASSKEY_ORIGIN}, but this host serves {served}: "
+                f"passkeys registered here would not work. Set PASSKEY_ORIGIN to {served}, or "
+                "unset it (in the environment and .env) to follow the port (manage.py runhost "
+                "--port, or MCPLET_PORT)."
+            )
 
     def _start_restaurant(self, port):
         """The reference scenario's CRM/ERP/weather/e-mail service, so the demo runs offline."""

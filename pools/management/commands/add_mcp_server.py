@@ -3,11 +3,17 @@ import shlex
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from pools.mcp_client import ServerConfig, ServerUnreachable, command_problem, probe
 from pools.models import McpServer
+
+NOT_UP_YET = "If it is not up yet, register it anyway with --no-check."
 
 
 class Command(BaseCommand):
-    help = "Register an MCP server (stdio command or streamable HTTP URL)."
+    help = (
+        "Register an MCP server (stdio command or streamable HTTP URL), after checking that it "
+        "answers MCP (an initialize); nothing is registered when it does not, unless --no-check."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("name")
@@ -17,8 +23,17 @@ class Command(BaseCommand):
         parser.add_argument("--header", action="append", default=[], metavar="'NAME: value'")
         parser.add_argument("--env", action="append", default=[], metavar="NAME=value")
         parser.add_argument("--disabled", action="store_true")
+        parser.add_argument(
+            "--no-check",
+            action="store_false",
+            dest="check",
+            help="register without starting or calling the server (it is not up yet)",
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=10.0, help="seconds the check waits (default 10)"
+        )
 
-    def handle(self, *args, name, stdio, url, header, env, disabled, **options):
+    def handle(self, *args, name, stdio, url, header, env, disabled, check, timeout, **options):
         if McpServer.objects.filter(name=name).exists():
             raise CommandError(f"A server named {name!r} already exists.")
         words = shlex.split(stdio) if stdio else []
@@ -39,11 +54,28 @@ class Command(BaseCommand):
         except ValidationError as exc:
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
             raise CommandError(problems) from None
+        if check:
+            self._check(server, timeout)
         server.save()
+        checked = ", which answers MCP" if check else ", not checked"
         self.stdout.write(
-            self.style.SUCCESS(f"Registered {name} ({server.transport}: {server.endpoint}).")
+            self.style.SUCCESS(
+                f"Registered {name} ({server.transport}: {server.endpoint}{checked})."
+            )
         )
         self.stdout.write(f"Discover its MCPlets with: python manage.py discover_mcplets {name}")
+
+    def _check(self, server, timeout):
+        if server.transport == McpServer.Transport.STDIO and (
+            problem := command_problem(server.command)
+        ):
+            raise CommandError(f"{server.name}: {problem}. Nothing was registered. {NOT_UP_YET}")
+        try:
+            probe(ServerConfig.of(server), timeout=timeout)
+        except ServerUnreachable as exc:
+            raise CommandError(
+                f"{exc}\nNothing was registered: it does not answer MCP. {NOT_UP_YET}"
+            ) from None
 
 
 def _pairs(items, separator, option):

@@ -1,0 +1,62 @@
+"""Values the host can store and sign. PostgreSQL refuses NUL in text and jsonb, UTF-8 cannot
+encode a lone surrogate, JSON has no infinity, and recursive walkers (the JSON encoder,
+jsonschema) break on deep nesting: hostile input is refused early with `problem()`, and what is
+only recorded (the audit trail) is written out with `printable()` (issue 14)."""
+
+import math
+
+MAX_DEPTH = 64  # far beyond any §18 payload or tool arguments, far below Python's recursion limit
+
+
+def text_problem(text):
+    """Why the string `text` cannot be stored, or ""."""
+    if "\x00" in text:
+        return "it holds a NUL character"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "it holds a lone surrogate (not UTF-8)"
+    return ""
+
+
+def problem(value, max_depth=MAX_DEPTH):
+    """(path, why) for the first part of the parsed JSON `value` that cannot be stored or
+    signed, else None. Iterative: any depth is walked safely."""
+    stack = [(value, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > max_depth:
+            return path, f"it is nested deeper than {max_depth} levels"
+        if isinstance(item, str):
+            why = text_problem(item)
+            if why:
+                return path, why
+        elif isinstance(item, float) and not math.isfinite(item):
+            return path, "it is not a finite number"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                key = str(key)
+                why = text_problem(key)
+                if why:
+                    return path, f"a key {why[3:]}"
+                stack.append((child, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+    return None
+
+
+def printable(value):
+    """`value` with what the database cannot hold written out (NUL as `\\x00`, a lone surrogate
+    as `\\udXXX`, an infinite number as text), for records of hostile input."""
+    if isinstance(value, str):
+        if text_problem(value):
+            value = value.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(item) for item in value]
+    return value

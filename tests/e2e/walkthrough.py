@@ -1,0 +1,76 @@
+"""The README's Walkthrough in Chromium, step by step, for any running host (`make run`'s
+runhost, or daphne + a worker): what the operator does in the browser, and what they see."""
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from playwright.sync_api import expect
+
+from tests.browser import screenshot
+from tests.restaurant.test_reference_script import SCRIPT
+
+
+def reference_scripts(folder, backend_url):
+    """The reference script, fetching the forecast from this backing service (for
+    MCPLET_SCRIPT_DIRS); the folder."""
+    text = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    (Path(folder) / "reference.yaml").write_text(text, encoding="utf-8")
+    return str(folder)
+
+
+def register_passkey(page, host):
+    """Step 2: register a passkey on the host's own page."""
+    page.goto(f"{host}/passkey/register/")
+    page.fill("#name", "store phone")
+    screenshot(page, "walkthrough-1-register-passkey")
+    page.click("#register button")
+    expect(page.locator("#status")).to_contain_text("Registered")
+
+
+def run_director(page, host):
+    """Step 3: Control › Run Director now; the cycle's outcome arrives live."""
+    page.goto(f"{host}/dashboard/control/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.get_by_role("button", name="Run Director now").click()
+    expect(page.locator('[data-director-result="director"] .badge')).to_have_text("ran")
+    screenshot(page, "walkthrough-2-run-director")
+
+
+def approve_from_the_dashboard(page, host, tool, shows, picture):
+    """Approvals → the pending call's page → (its loopback port) → Approve with the passkey."""
+    page.goto(f"{host}/dashboard/approvals/")
+    row = page.locator('[data-live="approvals"][data-only="pending"] tr', has_text=tool)
+    expect(row).to_contain_text("waiting for approval")  # arrives live when the worker asks
+    screenshot(page, f"{picture}-pending")
+    row.get_by_role("link", name="approval page").click()
+    page.wait_for_url(lambda url: urlparse(url).port != urlparse(host).port)  # its own port
+    for words in shows:
+        expect(page.locator("main")).to_contain_text(words)
+    screenshot(page, picture)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved")
+
+
+def approve_the_plan(page, host, guests):
+    """Step 4: the planning agent's plan, with the guests at risk."""
+    approve_from_the_dashboard(
+        page,
+        host,
+        "planning-agent",
+        ["キャンペーン計画を承認してください", guests[0]["name"]],
+        "walkthrough-3-approve-plan",
+    )
+
+
+def approve_the_emails(page, host, guests):
+    """Step 5: send_email, its recipients on the page; then it runs (Executed, live)."""
+    approve_from_the_dashboard(
+        page,
+        host,
+        "send_email",
+        ["メール送信を承認してください", guests[0]["email"]],
+        "walkthrough-4-approve-emails",
+    )
+    page.goto(f"{host}/dashboard/approvals/")
+    done = page.locator('[data-live="approvals"][data-only="decided"] tr', has_text="send_email")
+    expect(done).to_contain_text("Executed")  # when the MCPlet has answered, live

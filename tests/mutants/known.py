@@ -1,0 +1,206 @@
+"""The known breaks of issue 14, kept checkable: each one-line break of the enforcement code is
+applied in turn to a copy of the working tree, and the tests meant to notice it are run there.
+
+    python tests/mutants/known.py [--only NAME ...] [--list]
+
+Prints one line per break — killed (its tests failed), SURVIVED (they passed) or ERROR — and
+exits non-zero unless every break is killed. A break whose pattern no longer matches is
+reported as STALE: the code moved, and the pattern (a small regex on the line) needs updating.
+Needs the same environment as the tests (DATABASE_URL for PostgreSQL: the resume race runs
+there only), and a Redis database nothing else uses meanwhile (each test flushes it: a rate
+limit counted by one run is wiped by another). The working tree is never edited."""
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workspace import copy_tree, environment
+
+
+@dataclass
+class Break:
+    name: str
+    path: str
+    pattern: str  # a regex, in MULTILINE mode (`(?s)` where it must span lines)
+    replacement: str
+    tests: list[str] = field(default_factory=list)
+    count: int = 1  # how many matches the pattern must have (a guard against a vague pattern)
+
+
+A2A = "tests/a2a/test_partner_breaks.py::"
+BUS = "tests/agents/test_bus_refusals_calllog.py::"
+GW = "tests/mcplet_host/test_gateway_breaks.py::"
+PK = "tests/passkey/test_passkey_breaks.py::"
+
+BREAKS = [
+    Break(
+        "disabled-partner-key",
+        "a2a/api.py",
+        r"not key\.agent\.enabled or ",
+        "",
+        [A2A + "test_a_disabled_partners_key_no_longer_authenticates"],
+    ),
+    Break(
+        "bus-disabled-sender",
+        "agents/tasks.py",
+        r" or not sender\.enabled",
+        "",
+        [BUS + "test_a_disabled_sender_or_recipient_is_refused"],
+    ),
+    Break(
+        "bus-disabled-recipient",
+        "agents/tasks.py",
+        r"elif not recipient\.enabled:",
+        "elif False:",
+        [BUS + "test_a_disabled_sender_or_recipient_is_refused"],
+    ),
+    Break(
+        "wildcard-suffix",
+        "pools/models.py",
+        r"host\.endswith\(pattern\[1:\]\)",
+        "host.endswith(pattern[2:])",
+        [GW + "test_a_wildcard_entry_is_whole_labels_only"],
+    ),
+    Break(
+        "rate-limit-before-arguments",
+        "mcplet_host/gateway.py",
+        r"^( +)(_check_arguments\(.*)\n\1(_check_policy\(.*)$",  # swapped
+        r"\1\3\n\1\2",
+        [GW + "test_an_invalid_call_does_not_use_up_the_pools_rate"],
+    ),
+    Break(
+        "sign-count-cas",
+        "passkey/models.py",
+        r"filter\(pk=self\.pk, sign_count=self\.sign_count\)",
+        "filter(pk=self.pk)",
+        [PK + "test_two_uses_of_one_sign_count_approve_once"],
+    ),
+    Break(
+        "callback-without-uv",
+        "passkey/models.py",
+        r"(?s)(def verify\(self, credential.*?require_uv=)require_user_verification\(\)",
+        r"\1False",
+        [PK + "test_an_assertion_without_user_verification_approves_nothing"],
+    ),
+    Break(
+        "verify-assertion-without-uv",
+        "passkey/models.py",
+        r"(?s)(def _verify_for_backend\(.*?require_uv=)require_user_verification\(\)",
+        r"\1False",
+        [PK + "test_verify_assertion_wants_user_verification_too"],
+    ),
+    Break(
+        "llm-tools-without-partner-runner",
+        "agents/runner.py",
+        r"gateway\.tools_for\(agent, run\.authority\)",
+        "gateway.tools_for(agent)",
+        [A2A + "test_the_model_on_a_partners_task_is_offered_only_tools_inside_both_grants"],
+    ),
+    Break(
+        "llm-tools-without-partner-gateway",
+        "mcplet_host/gateway.py",
+        r"granted = granted\.filter\(pool__agents__agent_id=principal, .*\)",
+        "pass",
+        [
+            GW + "test_the_llms_tools_on_a_partners_task_are_inside_the_partners_grants",
+            A2A + "test_the_model_on_a_partners_task_is_offered_only_tools_inside_both_grants",
+        ],
+    ),
+    Break(
+        "parameters-pools-partner-only",
+        "a2a/api.py",
+        r"partner\.accessible_pools\.filter\(agents=recipient\)",
+        "partner.accessible_pools.all()",
+        [A2A + "test_parameters_pools_must_be_held_by_partner_and_recipient"],
+    ),
+    Break(
+        "another-partners-message-id",
+        "a2a/api.py",
+        r"existing\.sender_id != partner\.agent_id or ",
+        "",
+        [A2A + "test_another_partners_message_id_is_not_their_task"],
+    ),
+    Break(
+        "verify-chain-link",
+        "mcplet_host/audit.py",
+        r"if event\.prev_hash != expected_prev:",
+        "if False:",
+        ["tests/mcplet_host/test_audit_links.py"],
+    ),
+    Break(
+        "resume-without-row-lock",
+        "mcplet_host/gateway.py",
+        r"Ceremony\.objects\.select_for_update\(\)\.get\(pk=ceremony_id\)",
+        "Ceremony.objects.get(pk=ceremony_id)",
+        ["tests/mcplet_host/test_resume_race.py"],
+    ),
+]
+
+
+def patched(source, brk):
+    """The source with the break applied, or None when the pattern does not match as expected."""
+    regex = re.compile(brk.pattern, re.MULTILINE)
+    found = len(regex.findall(source))
+    if found != brk.count:
+        return None
+    return regex.sub(brk.replacement, source, count=1)
+
+
+def run_tests(tree, tests):
+    env = environment(tree, "known")
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    result = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    return result.returncode, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="names of the breaks to try")
+    parser.add_argument("--list", action="store_true", help="list the breaks and exit")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print pytest's output")
+    args = parser.parse_args(argv)
+    breaks = [b for b in BREAKS if not args.only or b.name in args.only]
+    if args.list:
+        for brk in breaks:
+            print(f"{brk.name:36} {brk.path}: /{brk.pattern}/")
+        return 0
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="known-breaks-") as tmp:
+        tree = copy_tree(Path(tmp) / "tree")
+        tests = sorted({t for brk in breaks for t in brk.tests})
+        code, output = run_tests(tree, tests)
+        if code != 0:
+            print(output)
+            print("baseline: the tests fail on the unbroken code; fix that first")
+            return 2
+        for brk in breaks:
+            target = tree / brk.path
+            original = target.read_text(encoding="utf-8")
+            source = patched(original, brk)
+            if source is None:
+                results[brk.name] = "STALE"
+                print(f"STALE     {brk.name}: /{brk.pattern}/ no longer matches {brk.path}")
+                continue
+            target.write_text(source, encoding="utf-8")
+            started = time.monotonic()
+            try:
+                code, output = run_tests(tree, brk.tests)
+            finally:
+                target.write_text(original, encoding="utf-8")
+            verdict = {0: "SURVIVED", 1: "killed"}.get(code, "ERROR")
+            results[brk.name] = verdict
+            print(f"{verdict:9} {brk.name} ({time.monotonic() - started:.0f} s)", flush=True)
+            if args.verbose or verdict == "ERROR":
+                print(output)
+    killed = sum(v == "killed" for v in results.values())
+    print(f"{killed} killed, {len(results) - killed} not killed, of {len(results)} known breaks")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
