@@ -23,8 +23,10 @@ def register_passkey(page, host):
     page.goto(f"{host}/passkey/register/")
     page.fill("#name", "store phone")
     screenshot(page, "walkthrough-1-register-passkey")
-    page.click("#register button")
-    expect(page.locator("#status")).to_contain_text("Registered")
+    # The page reloads itself after saying so: a goto meanwhile would be aborted.
+    with page.expect_navigation():
+        page.click("#register button")
+        expect(page.locator("#status")).to_contain_text("Registered")
 
 
 def run_director(page, host):
