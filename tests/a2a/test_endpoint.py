@@ -92,38 +92,6 @@ def test_revoked_and_expired_keys_are_401(api, state, calls):
     assert not A2AMessage.objects.exists() and calls() == []
 
 
-# --- 403 ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("body", "says"),
-    [
-        (task(sender="info-gathering-agent"), "senderId must be your agentId ('partner-bot')."),
-        (task(recipient="planning-agent"), "You may not send tasks to 'planning-agent'."),
-        (
-            task(parameters={"pools": ["media-pool"]}),
-            "These pools are outside your grants: media-pool.",
-        ),
-        (
-            task(parameters={"tools": ["send_email"]}),
-            "These tools are outside your grants: send_email.",
-        ),
-    ],
-)
-def test_anything_outside_the_grants_is_403(api, calls, body, says):
-    response = api.post("/a2a/tasks", json=body)
-    assert response.status_code == 403
-    assert error_of(response) == {"code": "X_FORBIDDEN", "message": says}
-    assert not AgentRun.objects.exists() and calls() == []
-    event = last_partner_event()
-    assert (event.actor_type, event.actor_id, event.result, event.details["status"]) == (
-        "partner",
-        "partner-bot",
-        "BLOCKED",
-        403,
-    )
-
-
 # --- 400, 413, 429 ------------------------------------------------------------------------------
 
 

@@ -84,6 +84,10 @@ def test_a_disabled_partners_key_no_longer_authenticates(partner, calls):
             task(parameters={"tools": ["read_site_stats"]}),
             "These tools are outside your grants: read_site_stats.",
         ),
+        (
+            task(parameters={"tools": ["send_email"]}),
+            "These tools are outside your grants: send_email.",
+        ),
     ],
 )
 def test_a_task_outside_the_grants_is_403_and_nothing_runs(partner, calls, body, says):
@@ -91,6 +95,12 @@ def test_a_task_outside_the_grants_is_403_and_nothing_runs(partner, calls, body,
     assert response.status_code == 403
     assert response.json()["error"] == {"code": "X_FORBIDDEN", "message": says}
     assert not AgentRun.objects.exists() and calls() == []
+    event = AuditEvent.objects.filter(event_type="a2a.partner.request").latest("seq")
+    assert (event.actor_id, event.result, event.details["status"]) == (
+        "partner-bot",
+        "BLOCKED",
+        403,
+    )
 
 
 @pytest.mark.parametrize(
