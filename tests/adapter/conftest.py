@@ -18,6 +18,13 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from mcplets.examples.programmable import SOURCE_ROOT
+from tests.passkey.conftest import (  # noqa: F401 (the passkey tests' fixtures, for the host's)
+    _close_loopback_pages,
+    approver,
+    approver_client,
+    authenticator,
+    passkey_settings,
+)
 
 FILESYSTEM = "@modelcontextprotocol/server-filesystem@2026.8.31"
 TIME = "mcp-server-time==2026.10.19"
