@@ -19,6 +19,7 @@ from mcplets.adapter.config import ConfigError, load_config
 from mcplets.adapter.server import (
     Adapter,
     Upstream,
+    UpstreamGone,
     list_upstream_tools,
     log_to_stderr,
     serve,
@@ -73,7 +74,13 @@ def main(argv=None):
         config = load_config(args.config)
     except ConfigError as exc:
         sys.exit(f"mcplets.adapt: {exc}")
-    anyio.run(serve, Adapter(config, args.upstream), args.transport, args.host, args.port)
+    try:
+        anyio.run(serve, Adapter(config, args.upstream), args.transport, args.host, args.port)
+    except* UpstreamGone as gone:
+        reason = gone
+        while isinstance(reason, BaseExceptionGroup):  # the server's task groups nest it
+            reason = reason.exceptions[0]
+        sys.exit(f"mcplets.adapt: {reason}")
 
 
 if __name__ == "__main__":

@@ -39,9 +39,14 @@ from mcplets.verify import TOKEN_ENV, URL_ENV, averify_assertion
 logger = logging.getLogger(__name__)
 
 TIMEOUT = 30.0
+PING_INTERVAL = 5.0
 # What the upstream must never see: the adapter's own verify-assertion credentials.
 PRIVATE_ENV = (URL_ENV, TOKEN_ENV)
 RESOURCE_NOT_FOUND = -32002
+
+
+class UpstreamGone(Exception):
+    """The upstream closed its connection: the adapter has nothing left to serve."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,7 @@ class Adapter:
             if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 tg.start_soon(self._listen, changed)
             tg.start_soon(self._follow, receive)
+            tg.start_soon(self._watch)
             yield {}
             tg.cancel_scope.cancel()
 
@@ -187,6 +193,17 @@ class Adapter:
         async with listen(self.session, tools_list_changed=True) as events:
             async for _ in events:
                 changed()
+
+    async def _watch(self) -> None:
+        """Exit when the upstream is gone (a crashed process, a closed HTTP session), so that
+        whoever launched the adapter sees the server go and reconnects, relaunching both."""
+        while True:
+            await anyio.sleep(PING_INTERVAL)
+            try:
+                await self.session.send_ping()
+            except MCPError as exc:
+                if exc.code == types.CONNECTION_CLOSED:
+                    raise UpstreamGone(f"the upstream server {self.upstream} is gone") from exc
 
     async def _follow(self, receive) -> None:
         """Re-apply the configuration on every upstream list change; tell our clients when
@@ -255,11 +272,12 @@ class Adapter:
         try:
             result = await self.session.call_tool(contract.upstream, arguments)
         except MCPError as exc:
-            return error(_code_of(exc.code), f"the upstream server: {exc.message}", **identity)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, TimeoutError) as exc:
+            if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                message = f"the upstream server: {exc.message}"
+                return error(_code_of(exc.code), message, **identity)
             return error(
                 ErrorCode.SERVICE_UNAVAILABLE,
-                f"the upstream server {self.upstream} did not answer: {exc!r}",
+                f"the upstream server {self.upstream} did not answer: {exc.message}",
                 # An action may have run: only a read is safe to send again.
                 retryable=contract.mcplet_type == "read",
                 **identity,

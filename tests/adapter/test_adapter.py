@@ -3,6 +3,8 @@ time servers, from the registries) and of the programmable server where a test n
 the upstream's tool list or read its call log."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -10,10 +12,13 @@ import anyio
 import mcp_types as types
 import pytest
 import yaml
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 
 from mcplets.adapter.config import ConfigError, load_config, parse_config
 from mcplets.examples.programmable import SOURCE_ROOT, stdio_params, write_spec
-from tests.adapter.conftest import EXAMPLES, adapter_session, write_config
+from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session, write_config
 from tests.conftest import Calls
 
 STRICT = {"required": "passkey", "enforcement": "strict", "promptMessage": "Write it?"}
@@ -221,3 +226,36 @@ def test_list_changed_is_forwarded_after_the_configuration_is_applied_again(tmp_
     refund = anyio.run(scenario)
     assert refund.structured_content["error"]["code"] == "NOT_FOUND"
     assert calls() == []
+
+
+def test_an_adapter_whose_upstream_is_gone_says_so_and_exits(tmp_path, time_bin):
+    """So that the host sees the server go, and relaunches both when it reconnects."""
+    pid = tmp_path / "upstream.pid"
+    upstream = ["sh", "-c", f"echo $$ > {pid}; exec {time_bin}"]
+    errlog = tmp_path / "adapter.err"
+
+    async def scenario():
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=adapter_args(EXAMPLES / "time.yaml", *upstream),
+            cwd=SOURCE_ROOT,
+        )
+        with errlog.open("w") as err:
+            async with (
+                stdio_client(params, errlog=err) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                os.kill(int(pid.read_text()), signal.SIGKILL)
+                await anyio.sleep(0.5)
+                call = await session.call_tool("get_current_time", {"timezone": "Asia/Tokyo"})
+                with anyio.fail_after(15), pytest.raises(MCPError, match="Connection closed"):
+                    while True:
+                        await session.send_ping()
+                        await anyio.sleep(0.2)
+        return call
+
+    call = anyio.run(scenario)
+    assert call.structured_content["error"]["code"] == "SERVICE_UNAVAILABLE"
+    assert call.structured_content["error"]["retryable"] is True  # a read
+    assert f"mcplets.adapt: the upstream server sh -c echo $$ > {pid}" in errlog.read_text()
