@@ -5,8 +5,10 @@ the upstream's tool list or read its call log."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import anyio
 import mcp_types as types
@@ -14,10 +16,11 @@ import pytest
 import yaml
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcplets.adapter.config import ConfigError, load_config, parse_config
-from mcplets.examples.programmable import SOURCE_ROOT, stdio_params, write_spec
+from mcplets.examples.programmable import SOURCE_ROOT, serve_http, stdio_params, write_spec
 from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session, write_config
 from tests.conftest import Calls
 
@@ -259,3 +262,44 @@ def test_an_adapter_whose_upstream_is_gone_says_so_and_exits(tmp_path, time_bin)
     assert call.structured_content["error"]["code"] == "SERVICE_UNAVAILABLE"
     assert call.structured_content["error"]["retryable"] is True  # a read
     assert f"mcplets.adapt: the upstream server sh -c echo $$ > {pid}" in errlog.read_text()
+
+
+def test_over_streamable_http_on_both_sides(tmp_path, upstream):
+    """`--url` for an HTTP upstream, `--transport streamable-http` for the adapter itself."""
+    write, _, calls = upstream
+    config = write_config(tmp_path / "adapter.json", CONFIG)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def scenario(url):
+        async with (
+            streamable_http_client(url) as (read, write_stream),
+            ClientSession(read, write_stream) as session,
+        ):
+            await session.initialize()
+            listing = await session.list_tools()
+            return listing, await session.call_tool("lookup", {"q": "ramen"})
+
+    with serve_http(tmp_path / "upstream.json", calls_log=calls.path) as upstream_url:
+        adapter = subprocess.Popen(
+            [sys.executable, "-m", "mcplets.adapt", str(config), "--url", upstream_url]
+            + ["--transport", "streamable-http", "--port", str(port)],
+            cwd=SOURCE_ROOT,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while True:  # uvicorn listens once the lifespan (the upstream session) is up
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert adapter.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.1)
+            listing, found = anyio.run(scenario, f"http://127.0.0.1:{port}/mcp")
+        finally:
+            adapter.terminate()
+            adapter.wait(timeout=10)
+    assert names(listing) == ["confirm", "lookup"]
+    assert found.structured_content["result"] == {"did": "lookup"}
+    assert calls() == [{"name": "lookup", "arguments": {"q": "ramen"}, "meta": None}]
