@@ -80,12 +80,6 @@ class AdapterConfig:
     server: str
     tools: dict[str, ToolContract]  # by published name
 
-    def by_upstream(self) -> dict[str, list[ToolContract]]:
-        found: dict[str, list[ToolContract]] = {}
-        for contract in self.tools.values():
-            found.setdefault(contract.upstream, []).append(contract)
-        return found
-
 
 def load_config(path: str | Path) -> AdapterConfig:
     """Read and check a configuration file (YAML or JSON); raises ConfigError."""

@@ -100,7 +100,8 @@ class Published:
 
     contract: ToolContract
     tool: types.Tool
-    arguments: Any  # a jsonschema validator, or None
+    arguments: Any  # jsonschema validators, or None
+    result: Any
 
     @classmethod
     def of(cls, contract: ToolContract, upstream: types.Tool) -> Published:
@@ -115,9 +116,9 @@ class Published:
             input_schema=upstream.input_schema,
             meta=meta,
         )
-        schema = contract.arguments
-        validator = validator_for(schema, Draft202012Validator)(schema) if schema else None
-        return cls(contract, tool, validator)
+        return cls(
+            contract, tool, _validator(contract.arguments), _validator(contract.result_schema)
+        )
 
 
 class Adapter:
@@ -264,11 +265,12 @@ class Adapter:
             )
             if refused is not None:
                 return refused
-        return await self._forward(contract, arguments, identity)
+        return await self._forward(published, arguments, identity)
 
     async def _forward(
-        self, contract: ToolContract, arguments: dict[str, Any], identity: dict[str, Any]
+        self, published: Published, arguments: dict[str, Any], identity: dict[str, Any]
     ) -> Envelope:
+        contract = published.contract
         try:
             result = await self.session.call_tool(contract.upstream, arguments)
         except MCPError as exc:
@@ -290,9 +292,8 @@ class Adapter:
                 **identity,
             )
         value = _result_value(result, text)
-        if contract.result_schema is not None:
-            schema = contract.result_schema
-            problem = next(iter(validator_for(schema)(schema).iter_errors(value)), None)
+        if published.result is not None:
+            problem = next(iter(published.result.iter_errors(value)), None)
             if problem is not None:
                 logger.error("%s: the result breaks its schema: %s", contract.name, problem)
                 return error(
@@ -323,6 +324,10 @@ class Adapter:
                 types.TextResourceContents(uri=params.uri, mime_type="application/json", text=text)
             ]
         )
+
+
+def _validator(schema: dict[str, Any] | None) -> Any:
+    return validator_for(schema, Draft202012Validator)(schema) if schema else None
 
 
 def _code_of(mcp_code: int) -> str:

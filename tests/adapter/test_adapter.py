@@ -303,3 +303,30 @@ def test_over_streamable_http_on_both_sides(tmp_path, upstream):
     assert names(listing) == ["confirm", "lookup"]
     assert found.structured_content["result"] == {"did": "lookup"}
     assert calls() == [{"name": "lookup", "arguments": {"q": "ramen"}, "meta": None}]
+
+
+def test_a_result_that_breaks_the_configured_schema_is_not_passed_on(tmp_path, upstream):
+    _, command, calls = upstream
+    visits = {"type": "object", "properties": {"visits": {"type": "integer"}}}
+    config = write_config(
+        tmp_path / "adapter.json",
+        {
+            "lookup": {
+                "mcpletType": "read",
+                "visibility": ["model"],
+                "resultSchema": {**visits, "required": ["visits"]},
+            }
+        },
+    )
+
+    async def scenario():
+        async with adapter_session(config, *command) as session:
+            return await session.call_tool("lookup", {})
+
+    result = anyio.run(scenario)
+    assert result.structured_content["error"] == {
+        "message": "the upstream's result does not match the configured result schema",
+        "code": "UNKNOWN_ERROR",
+    }
+    assert "did" not in str(result.content)
+    assert [c["name"] for c in calls()] == ["lookup"]
