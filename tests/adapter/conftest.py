@@ -7,6 +7,7 @@ virtualenv of its own, since it brings the 1.x `mcp` SDK)."""
 import contextlib
 import fcntl
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,8 @@ def installing(name):
 
 
 def run(command):
+    if shutil.which(command[0]) is None:
+        pytest.fail(f"the adapter's tests install third-party MCP servers with {command[0]}: install it")
     finished = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, f"{command} failed:\n{finished.stdout}\n{finished.stderr}"
 
