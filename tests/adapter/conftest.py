@@ -54,7 +54,7 @@ def installing(name):
 
 def run(command):
     if shutil.which(command[0]) is None:
-        pytest.fail(f"the adapter's tests install third-party MCP servers with {command[0]}: install it")
+        pytest.fail(f"the adapter's tests install third-party MCP servers with {command[0]}")
     finished = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, f"{command} failed:\n{finished.stdout}\n{finished.stderr}"
 
