@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcplets.adapter.config import ConfigError, load_config, parse_config
+from mcplets.adapter.suggest import suggest_tool
 from mcplets.examples.programmable import SOURCE_ROOT, serve_http, stdio_params, write_spec
 from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session, write_config
 from tests.conftest import Calls
@@ -97,6 +98,29 @@ def test_suggest_drafts_reads_and_gated_actions(tmp_path, filesystem_bin, shared
         assert tools[read] == {"mcpletType": "read", "visibility": ["model"]}
     assert "# action: the upstream marks it as writing\n  write_file:" in text
     load_config(draft)  # the draft is a configuration the adapter accepts as it is
+
+
+@pytest.mark.parametrize(
+    ("name", "hints", "drafted"),
+    [
+        ("get_weather", None, "read"),  # by its name
+        ("search-orders", {}, "read"),
+        ("lookup", {"readOnlyHint": True}, "read"),
+        ("send_mail", None, "action"),  # nothing says it only reads
+        ("getaway", None, "action"),  # a name is read by its words, not its letters
+        ("list_and_purge", {"destructiveHint": True}, "action"),  # the upstream's word wins
+        ("read_and_mark", {"readOnlyHint": False}, "action"),
+        ("peek", {"readOnlyHint": True, "destructiveHint": True}, "action"),  # contradictory
+    ],
+)
+def test_suggest_drafts_a_read_only_from_the_upstreams_hints_or_name(name, hints, drafted):
+    annotations = types.ToolAnnotations.model_validate(hints) if hints is not None else None
+    tool = types.Tool(name=name, input_schema={"type": "object"}, annotations=annotations)
+    contract, why = suggest_tool(tool)
+    assert contract["mcpletType"] == drafted and why.startswith(drafted)
+    if drafted == "action":
+        assert contract["visibility"] == ["app"] and contract["auth"]["enforcement"] == "strict"
+        assert contract["auth"]["promptMessage"] == f"Allow {name}?"
 
 
 def test_the_time_server_publishes_its_configured_reads(time_bin):
