@@ -83,17 +83,10 @@ def register_result_schema(
     if sunset_date is not None and deprecated_at is None:
         raise MCPletRegistrationError("§9.5: a sunset date belongs to a deprecated schema")
     uri = result_schema_uri(tool_id, version)
-    payload = {
-        "version": version,
-        "schema": schema,
-        "_meta": {
-            "createdAt": _iso(created_at) or utc_timestamp(),
-            "deprecated": deprecated_at is not None,
-            "deprecatedAt": _iso(deprecated_at),
-            "sunsetDate": _iso(sunset_date),
-        },
-    }
-    text = json.dumps(payload, ensure_ascii=False)
+    text = json.dumps(
+        result_schema_payload(schema, version, created_at, deprecated_at, sunset_date),
+        ensure_ascii=False,
+    )
 
     def read_schema() -> str:
         return text
@@ -105,6 +98,26 @@ def register_result_schema(
         mime_type="application/json",
     )(read_schema)
     return uri
+
+
+def result_schema_payload(
+    schema: dict[str, Any],
+    version: int = 1,
+    created_at: datetime | str | None = None,
+    deprecated_at: datetime | str | None = None,
+    sunset_date: date | str | None = None,
+) -> dict[str, Any]:
+    """The §9.4 payload of a result schema resource."""
+    return {
+        "version": version,
+        "schema": schema,
+        "_meta": {
+            "createdAt": _iso(created_at) or utc_timestamp(),
+            "deprecated": deprecated_at is not None,
+            "deprecatedAt": _iso(deprecated_at),
+            "sunsetDate": _iso(sunset_date),
+        },
+    }
 
 
 def register_model_tool(
@@ -152,7 +165,7 @@ def register_tool(
     answered with AUTH_REQUIRED and `fn` is not run.
     """
     visibility = list(visibility)
-    meta = _tool_meta(visibility, mcplet_type, description, pool, auth, ui)
+    meta = tool_meta(visibility, mcplet_type, description, pool, auth, ui)
     validator = None
     if result_schema is not None:
         meta["mcpletToolResultSchemaUri"] = register_result_schema(
@@ -203,7 +216,8 @@ def _decorator(register: Callable[..., Any], server: MCPServer, name: str | None
     return decorate
 
 
-def _tool_meta(visibility, mcplet_type, description, pool, auth, ui) -> dict[str, Any]:
+def tool_meta(visibility, mcplet_type, description, pool, auth, ui) -> dict[str, Any]:
+    """The `_meta` of a registration, checked against the spec's MUSTs (and SHOULDs: warned)."""
     if visibility not in VISIBILITIES:
         raise MCPletRegistrationError(
             f"§8.1: visibility MUST be one of {VISIBILITIES} (got {visibility!r})"

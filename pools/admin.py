@@ -132,7 +132,10 @@ class McpServerAdmin(admin.ModelAdmin):
         )
         return format_html(
             "Every tool it lists was rejected ({}), so none is routable:<ul>{}</ul>A plain MCP "
-            'server declares no MCPlet metadata: see <a href="{}">Writing an MCPlet</a>.',
+            "server declares no MCPlet metadata: put the MCPlet adapter in front of it "
+            "(<code>python -m mcplets.adapt --suggest -- COMMAND</code> drafts its "
+            'configuration); see <a href="{}">Writing an MCPlet</a>, "Connecting an MCP server '
+            'that is not an MCPlet".',
             obj.rejected_count,
             reasons,
             reverse("dashboard:writing-an-mcplet"),

@@ -38,15 +38,13 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server import CacheHint, NotificationOptions, Server, ServerRequestContext
+from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
-from mcp.server.models import InitializationOptions
-from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcplets.envelope import utc_timestamp
+from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 
 SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result", "sleep"})
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -143,14 +141,11 @@ class ProgrammableServer:
     page_size: int = 0
     calls_log: Path | None = None
     spec: Spec = field(init=False)
-    # Sessions that completed the initialize handshake and are still connected.
-    sessions: set[ServerSession] = field(init=False, default_factory=set)
-    bus: InMemorySubscriptionBus = field(init=False, default_factory=InMemorySubscriptionBus)
     reloads: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.spec = Spec.load(self.spec_path)
-        self.server = _ListChangedServer(
+        self.server = ToolsChangedServer(
             "programmable",
             version="1",
             lifespan=self._lifespan,
@@ -164,11 +159,8 @@ class ProgrammableServer:
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
-            on_subscriptions_listen=ListenHandler(self.bus),
         )
-        self.server.add_notification_handler(
-            "notifications/initialized", types.NotificationParams, self._track_session
-        )
+        self.tools_changed = ToolsChangedNotifier(self.server)
         self.server.middleware.append(self._raw_tools_list)
 
     # -- tools/list
@@ -255,15 +247,6 @@ class ProgrammableServer:
 
     # -- hot reload
 
-    async def _track_session(self, ctx: ServerRequestContext, params: Any) -> None:
-        # The low-level server has no public "connection closed" hook, so this handler stays
-        # parked for the connection's lifetime: the dispatcher cancels it when the client leaves.
-        self.sessions.add(ctx.session)
-        try:
-            await anyio.sleep_forever()
-        finally:
-            self.sessions.discard(ctx.session)
-
     @contextlib.asynccontextmanager
     async def _lifespan(self, server: Server) -> AsyncIterator[dict[str, Any]]:
         # Entered once per process on both transports (stdio run, HTTP session manager).
@@ -287,12 +270,7 @@ class ProgrammableServer:
                 print(f"programmable: spec not reloaded: {exc!r}", file=sys.stderr)
                 continue
             self.reloads += 1
-            await self.notify_tools_changed()
-
-    async def notify_tools_changed(self) -> None:
-        for session in list(self.sessions):
-            await session.send_tool_list_changed()
-        await self.bus.publish(ToolsListChanged())
+            await self.tools_changed.notify()
 
 
 def _file_key(path: Path) -> tuple[int, int, int] | None:
@@ -302,22 +280,6 @@ def _file_key(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
-
-
-class _ListChangedServer(Server):
-    # The HTTP session manager builds the initialize result without options, so the
-    # `tools.listChanged` flag has to be the default rather than passed in by `main`.
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> InitializationOptions:
-        return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
-            experimental_capabilities,
-            extensions,
-        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,8 +64,11 @@ def test_a_server_whose_tools_are_all_rejected_is_a_warning(page, live_server, s
         assert badge.evaluate("b => getComputedStyle(b).color") != "rgb(23, 128, 61)"  # not --ok
         expect(row).to_contain_text("all 2 tools rejected")
         expect(row).to_contain_text("it declares no _meta.mcpletType")
+    expect(row).to_contain_text("python -m mcplets.adapt --suggest -- COMMAND")
     row.get_by_role("link", name="Writing an MCPlet").click()
     expect(page.get_by_role("heading", name="When the host rejects a tool")).to_be_visible()
+    adapter = page.get_by_role("heading", name="Connecting an MCP server that is not an MCPlet")
+    expect(adapter).to_be_visible()
     expect(page.locator("article.guide pre").first).to_contain_text("MCPServer(")
 
     page.goto(f"{base}/admin/pools/mcpserver/")
@@ -76,6 +79,7 @@ def test_a_server_whose_tools_are_all_rejected_is_a_warning(page, live_server, s
     expect(page.locator(".field-status_badge")).to_contain_text(warning)
     rejections = page.locator(".field-rejections")
     expect(rejections).to_contain_text("it declares no _meta.mcpletType")
+    expect(rejections).to_contain_text("put the MCPlet adapter in front of it")
     expect(page.locator("input[name=_save]")).to_be_visible()
     rejections.get_by_role("link", name="Writing an MCPlet").click()
     expect(page).to_have_url(f"{base}/dashboard/mcplets/writing-an-mcplet/")

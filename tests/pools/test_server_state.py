@@ -42,11 +42,13 @@ def test_the_admin_shows_the_warning_and_links_the_guide(staff_client):
     assert "Connected: every tool rejected" in listing
     assert "Every tool it lists was rejected (2)" in listing
     assert NO_TYPE in listing and 'href="/dashboard/mcplets/writing-an-mcplet/"' in listing
+    assert "<code>python -m mcplets.adapt --suggest -- COMMAND</code>" in listing
     page = staff_client.get(f"/admin/pools/mcpserver/{server.pk}/change/").content.decode()
     assert "Connected: every tool rejected" in page and NO_TYPE in page
     guide = staff_client.get("/dashboard/mcplets/writing-an-mcplet/")
     assert guide.status_code == 200
     assert "<h3>When the host rejects a tool</h3>" in guide.content.decode()
+    assert "<h3>Connecting an MCP server that is not an MCPlet</h3>" in guide.content.decode()
 
 
 def test_the_admin_form_refuses_a_stdio_command_that_is_not_installed(staff_client):

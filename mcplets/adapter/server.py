@@ -1,0 +1,372 @@
+"""The adapter: an MCPlet server in front of an MCP server that is not one.
+
+It connects to the upstream as a client and publishes only the tools its configuration names,
+each with the declared contract. A call is checked before anything reaches the upstream: the
+tool must be published, its arguments must meet the configured constraints, and a `strict` tool
+must carry a passkey assertion the host verifies for exactly this call. The upstream gets the
+arguments only, never the request's `_meta` (the assertion is the host's business). Answers are
+§9.1 envelopes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from jsonschema.validators import Draft202012Validator, validator_for
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import listen
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcplets.adapter.config import AdapterConfig, ToolContract
+from mcplets.envelope import Envelope, ErrorCode, error, ok
+from mcplets.registration import result_schema_payload, result_schema_uri
+from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
+from mcplets.verify import TOKEN_ENV, URL_ENV, averify_assertion
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT = 30.0
+PING_INTERVAL = 5.0
+# What the upstream must never see: the adapter's own verify-assertion credentials.
+PRIVATE_ENV = (URL_ENV, TOKEN_ENV)
+RESOURCE_NOT_FOUND = -32002
+
+
+class UpstreamGone(Exception):
+    """The upstream closed its connection: the adapter has nothing left to serve."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """How to reach the upstream server: a stdio command, or a streamable-HTTP URL."""
+
+    command: Sequence[str] = ()
+    url: str = ""
+
+    def __str__(self) -> str:
+        return self.url or " ".join(self.command)
+
+
+@contextlib.asynccontextmanager
+async def upstream_session(
+    upstream: Upstream, message_handler: Any = None, timeout: float = TIMEOUT
+) -> AsyncIterator[ClientSession]:
+    """An initialized client session to the upstream."""
+    async with contextlib.AsyncExitStack() as stack:
+        if upstream.url:
+            streams = streamable_http_client(upstream.url)
+        else:
+            env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+            command, *args = upstream.command
+            streams = stdio_client(StdioServerParameters(command=command, args=args, env=env))
+        read, write = await stack.enter_async_context(streams)
+        session = await stack.enter_async_context(
+            ClientSession(
+                read, write, read_timeout_seconds=timeout, message_handler=message_handler
+            )
+        )
+        with anyio.fail_after(timeout):
+            await session.initialize()
+        yield session
+
+
+async def list_upstream_tools(session: ClientSession) -> list[types.Tool]:
+    tools, cursor = [], None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+@dataclass(frozen=True)
+class Published:
+    """A configured tool the upstream offers: what tools/list shows and how calls are checked."""
+
+    contract: ToolContract
+    tool: types.Tool
+    arguments: Any  # jsonschema validators, or None
+    result: Any
+
+    @classmethod
+    def of(cls, contract: ToolContract, upstream: types.Tool) -> Published:
+        description = contract.description or upstream.description or contract.name
+        meta = contract.meta(description)
+        if contract.result_schema is not None:
+            meta["mcpletToolResultSchemaUri"] = result_schema_uri(contract.name)
+        tool = types.Tool(
+            name=contract.name,
+            title=contract.title or upstream.title,
+            description=description,
+            input_schema=upstream.input_schema,
+            meta=meta,
+        )
+        return cls(
+            contract, tool, _validator(contract.arguments), _validator(contract.result_schema)
+        )
+
+
+class Adapter:
+    """The adapter's MCP server (`self.server`), its upstream session and published tools."""
+
+    def __init__(self, config: AdapterConfig, upstream: Upstream) -> None:
+        self.config = config
+        self.upstream = upstream
+        self.published: dict[str, Published] = {}
+        self.session: ClientSession | None = None
+        self.server = ToolsChangedServer(
+            config.server,
+            version="1",
+            lifespan=self._lifespan,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+        )
+        self.tools_changed = ToolsChangedNotifier(self.server)
+        self._schemas = {
+            result_schema_uri(c.name): json.dumps(result_schema_payload(c.result_schema))
+            for c in config.tools.values()
+            if c.result_schema is not None
+        }
+
+    # -- the upstream
+
+    async def refresh(self) -> list[str]:
+        """Re-list the upstream's tools and re-apply the configuration; the names published."""
+        offered = {t.name: t for t in await list_upstream_tools(self.session)}
+        published = {}
+        for contract in self.config.tools.values():
+            if contract.upstream in offered:
+                published[contract.name] = Published.of(contract, offered[contract.upstream])
+        missing = [c.upstream for c in self.config.tools.values() if c.upstream not in offered]
+        if missing:
+            logger.warning("%s offers no tool %s", self.upstream, ", ".join(sorted(missing)))
+        unconfigured = sorted(set(offered) - {c.upstream for c in self.config.tools.values()})
+        if unconfigured:
+            logger.info("not published (not in the configuration): %s", ", ".join(unconfigured))
+        self.published = published
+        return sorted(published)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, server: Server) -> AsyncIterator[dict[str, Any]]:
+        # One slot: changes that arrive while the list is being re-read make one more re-read.
+        send, receive = anyio.create_memory_object_stream[None](1)
+
+        def changed() -> None:
+            with contextlib.suppress(anyio.WouldBlock):
+                send.send_nowait(None)
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                changed()
+
+        async with (
+            upstream_session(self.upstream, on_message) as session,
+            anyio.create_task_group() as tg,
+        ):
+            self.session = session
+            logger.info("publishing %s from %s", ", ".join(await self.refresh()), self.upstream)
+            if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                tg.start_soon(self._listen, changed)
+            tg.start_soon(self._follow, receive)
+            tg.start_soon(self._watch)
+            yield {}
+            tg.cancel_scope.cancel()
+
+    async def _listen(self, changed) -> None:
+        # 2026-07-28 servers send list changes on a subscription stream, not to the session.
+        async with listen(self.session, tools_list_changed=True) as events:
+            async for _ in events:
+                changed()
+
+    async def _watch(self) -> None:
+        """Exit when the upstream is gone (a crashed process, a closed HTTP session), so that
+        whoever launched the adapter sees the server go and reconnects, relaunching both."""
+        while True:
+            await anyio.sleep(PING_INTERVAL)
+            try:
+                await self.session.send_ping()
+            except MCPError as exc:
+                if exc.code == types.CONNECTION_CLOSED:
+                    raise UpstreamGone(f"the upstream server {self.upstream} is gone") from exc
+
+    async def _follow(self, receive) -> None:
+        """Re-apply the configuration on every upstream list change; tell our clients when
+        what we publish changed (a new upstream tool the configuration does not name: not)."""
+        async for _ in receive:
+            before = {n: p.tool for n, p in self.published.items()}
+            try:
+                await self.refresh()
+            except (MCPError, anyio.ClosedResourceError, TimeoutError) as exc:
+                logger.warning("the upstream's tools could not be listed again: %r", exc)
+                continue
+            if {n: p.tool for n, p in self.published.items()} != before:
+                await self.tools_changed.notify()
+
+    # -- the MCP server
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[p.tool for p in self.published.values()])
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        envelope = await self.call(params.name, params.arguments or {}, ctx.params)
+        return envelope.to_call_tool_result()
+
+    async def call(self, name: str, arguments: dict[str, Any], raw_params: Any) -> Envelope:
+        published = self.published.get(name)
+        if published is None:
+            # Not configured (or no longer offered): nothing goes upstream.
+            message = f"no tool {name!r} is published here"
+            return error(ErrorCode.NOT_FOUND, message, tool_id=name, mcplet_type=None)
+        contract = published.contract
+        identity = {
+            "tool_id": contract.name,
+            "mcplet_type": contract.mcplet_type,
+            "visibility": contract.visibility,
+        }
+        if published.arguments is not None:
+            problem = next(iter(published.arguments.iter_errors(arguments)), None)
+            if problem is not None:
+                where = "/".join(str(p) for p in problem.absolute_path) or "(the arguments)"
+                return error(
+                    ErrorCode.VALIDATION_ERROR,
+                    f"{where}: {problem.message} (the adapter's configured constraint)",
+                    **identity,
+                )
+        if contract.strict:
+            meta = (raw_params or {}).get("_meta") if isinstance(raw_params, dict) else None
+            auth = meta.get("mcplet_auth") if isinstance(meta, dict) else None
+            refused = await averify_assertion(
+                auth if isinstance(auth, dict) else None,
+                contract.name,
+                arguments,
+                mcplet_type=contract.mcplet_type,
+                visibility=contract.visibility,
+            )
+            if refused is not None:
+                return refused
+        return await self._forward(published, arguments, identity)
+
+    async def _forward(
+        self, published: Published, arguments: dict[str, Any], identity: dict[str, Any]
+    ) -> Envelope:
+        contract = published.contract
+        try:
+            result = await self.session.call_tool(contract.upstream, arguments)
+        except MCPError as exc:
+            if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                message = f"the upstream server: {exc.message}"
+                return error(_code_of(exc.code), message, **identity)
+            return error(
+                ErrorCode.SERVICE_UNAVAILABLE,
+                f"the upstream server {self.upstream} did not answer: {exc.message}",
+                # An action may have run: only a read is safe to send again.
+                retryable=contract.mcplet_type == "read",
+                **identity,
+            )
+        text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+        if result.is_error:
+            return error(
+                ErrorCode.UNKNOWN_ERROR,
+                f"the upstream server answered with an error: {text or 'no message'}",
+                **identity,
+            )
+        value = _result_value(result, text)
+        if published.result is not None:
+            problem = next(iter(published.result.iter_errors(value)), None)
+            if problem is not None:
+                logger.error("%s: the result breaks its schema: %s", contract.name, problem)
+                return error(
+                    ErrorCode.UNKNOWN_ERROR,
+                    "the upstream's result does not match the configured result schema",
+                    **identity,
+                )
+        return ok(value, **identity)
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri=uri, name=uri, mime_type="application/json")
+                for uri in self._schemas
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        text = self._schemas.get(str(params.uri))
+        if text is None:
+            raise MCPError(code=RESOURCE_NOT_FOUND, message="Resource not found")
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(uri=params.uri, mime_type="application/json", text=text)
+            ]
+        )
+
+
+def _validator(schema: dict[str, Any] | None) -> Any:
+    return validator_for(schema, Draft202012Validator)(schema) if schema else None
+
+
+def _code_of(mcp_code: int) -> str:
+    """The §9.1 code of a JSON-RPC error from the upstream."""
+    if mcp_code == types.INVALID_PARAMS:
+        return ErrorCode.VALIDATION_ERROR
+    if mcp_code in (types.METHOD_NOT_FOUND, RESOURCE_NOT_FOUND):
+        return ErrorCode.NOT_FOUND
+    return ErrorCode.UNKNOWN_ERROR
+
+
+def _result_value(result: types.CallToolResult, text: str) -> Any:
+    """The upstream's structured content, or else its content: text alone as `{"text": ...}`,
+    anything else (images, resources) as the MCP content blocks."""
+    if result.structured_content is not None:
+        return result.structured_content
+    if all(isinstance(c, types.TextContent) for c in result.content):
+        return {"text": text}
+    return {"content": [c.model_dump(mode="json", by_alias=True) for c in result.content]}
+
+
+async def serve(
+    adapter: Adapter, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8767
+) -> None:
+    server = adapter.server
+    if transport == "stdio":
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        return
+    import uvicorn
+
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
+
+
+def log_to_stderr() -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="mcplet-adapter: %(levelname)s %(message)s"
+    )
