@@ -20,11 +20,13 @@ if ! have "$BASE"; then
   command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
   root=$(mktemp -d)
   trap 'rm -rf "$root"' EXIT
-  echo "stand-in $BASE: debootstrap --variant=minbase bookworm from $(mirror)"
+  echo "stand-in $BASE: debootstrap --variant=minbase bookworm from the apt mirror of this machine"
   debootstrap --variant=minbase bookworm "$root" "$(mirror)" >/dev/null
-  mkdir -p "$root/etc/ssl/certs"
-  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
-  printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$root/etc/pip.conf"
+  # A file of its own: Debian's ca-certificates, pulled in by later installs, rewrites the
+  # system bundle from its own list.
+  mkdir -p "$root/etc/ssl"
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/machine-ca-certificates.crt"
+  printf '[global]\ncert = /etc/ssl/machine-ca-certificates.crt\n' >"$root/etc/pip.conf"
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
   tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - "$BASE" >/dev/null
 fi

@@ -3,7 +3,7 @@
 set -e
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   printf '%s\n' "$POSTGRES_PASSWORD" >/tmp/pwfile
-  initdb -U postgres --pwfile=/tmp/pwfile --auth-host=scram-sha-256 --auth-local=trust >/dev/null
+  initdb -U postgres -E UTF8 --locale=C.UTF-8 --pwfile=/tmp/pwfile --auth-host=scram-sha-256 --auth-local=trust >/dev/null
   rm /tmp/pwfile
   echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
   if [ -n "$POSTGRES_DB" ] && [ "$POSTGRES_DB" != postgres ]; then
