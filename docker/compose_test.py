@@ -52,10 +52,13 @@ def pullable(image):
 
 class Stack:
     def __init__(self, files, env):
+        # The compose defaults: neither the caller's environment nor an .env of theirs.
         self.base = ["docker", "compose", "-p", PROJECT, "--project-directory", str(ROOT)]
+        self.base += ["--env-file", os.devnull]
         for file in files:
             self.base += ["-f", str(file)]
-        self.env = env
+        settings = set(re.findall(r"\$\{(\w+)", (ROOT / "docker-compose.yml").read_text()))
+        self.env = {k: v for k, v in os.environ.items() if k not in settings} | env
 
     def run(self, *args, check=True, timeout=900):
         result = subprocess.run(
@@ -63,7 +66,7 @@ class Stack:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env={**os.environ, **self.env},
+            env=self.env,
         )
         if check and result.returncode != 0:
             print(self.run("logs", "--tail", "40", check=False).stdout[-8000:])
