@@ -17,7 +17,7 @@ mirror() {  # the machine's Debian mirror (deb822 or one-line sources), never a 
 }
 
 if ! have "$BASE"; then
-  command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
+  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap; }
   root=$(mktemp -d)
   trap 'rm -rf "$root"' EXIT
   echo "stand-in $BASE: debootstrap --variant=minbase bookworm from the apt mirror of this machine"
