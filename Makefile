@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install run test lint format migrate clean seed chromium screenshots mutants known-breaks
+.PHONY: install run test lint format migrate clean seed chromium screenshots mutants known-breaks \
+	compose-test
 
 seed: migrate
 	$(BIN)/python manage.py seed_reference
@@ -47,6 +48,13 @@ chromium:
 test: $(INSTALLED) chromium
 	$(BIN)/ruff check .
 	SECRET_KEY=$${SECRET_KEY:-insecure-test-key} $(BIN)/python -m pytest -n 2 --dist loadfile
+
+# docker-compose.yml, unmodified, on a real Docker engine (Debian's docker.io and the Compose v2
+# plugin are installed and started when missing; local stand-ins for the public images when they
+# cannot be pulled, built once): prints the build and start times, the image size, every check.
+compose-test:
+	PIP="$(PYTHON) -m pip" bash docker/engine.sh
+	$(PYTHON) docker/compose_test.py
 
 # The README's pictures, from the end-to-end browser test (needs PostgreSQL and Redis as for CI;
 # Japanese text needs a CJK font).

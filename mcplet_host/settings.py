@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
-from dotenv import load_dotenv
+from dotenv import dotenv_values, load_dotenv
 
 from mcplet_host.config import (
     env_bool,
@@ -22,12 +22,18 @@ from mcplet_host.config import (
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+GENERATED_ENV = "generated.env"  # docker/entrypoint.sh writes it
 # litellm fetches its model price list at import unless told to use its bundled copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 VAR_DIR = Path(env_str("MCPLET_VAR_DIR", str(BASE_DIR / "var")))
 
 # A local .env (written by `make run`) never overrides the real environment.
 load_dotenv(BASE_DIR / ".env", override=False)
+# docker compose: the secrets docker/entrypoint.sh generated on the first start, for what the
+# environment leaves empty (also in `docker compose exec` and health checks, which skip it).
+for _name, _value in dotenv_values(VAR_DIR / "secrets" / GENERATED_ENV).items():
+    if not os.environ.get(_name):
+        os.environ[_name] = _value or ""
 
 SECRET_KEY = env_str("SECRET_KEY")
 # Earlier keys, comma-separated, while rotating: sessions and sealed credentials stay readable.

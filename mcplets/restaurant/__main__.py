@@ -2,17 +2,19 @@
 with the backing service — the `mcplets` service of docker compose.
 
     python -m mcplets.restaurant [--host 0.0.0.0] [--base-port 9101] [--backend]
-                                 [--backend-port 5100]
+                                 [--backend-port 5100] [--check]
 
 Server i listens on base-port + i in the order of `mcplets.restaurant.SERVERS` (9101
 read_site_stats … 9108 query_hr), at `/mcp`. `RESTAURANT_MAIL_VERIFY_TOKEN` and
 `RESTAURANT_SNS_VERIFY_TOKEN` become the `MCPLET_VERIFY_TOKEN` of the e-mail and SNS servers
-(each server has its own verify token on the host).
+(each server has its own verify token on the host). `--check` (docker compose's health check)
+exits 0 when every server (and with --backend, the backing service) accepts connections.
 """
 
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,13 +36,27 @@ def child_env(module: str, backend_url: str | None) -> dict[str, str]:
     return env
 
 
+def check(ports: list[int]) -> int:
+    for port in ports:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except OSError as exc:
+            print(f"port {port}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--base-port", type=int, default=SERVERS[0].port)
     parser.add_argument("--backend", action="store_true", help="also run the backing service")
     parser.add_argument("--backend-port", type=int, default=5100)
+    parser.add_argument("--check", action="store_true", help="only check that all listen")
     args = parser.parse_args(argv)
+    if args.check:
+        ports = [args.base_port + index for index in range(len(SERVERS))]
+        return check(ports + [args.backend_port] * args.backend)
 
     children: list[tuple[str, subprocess.Popen]] = []
     backend_url = None
