@@ -143,6 +143,24 @@ def test_a_forged_approval_in_a_tool_call_is_only_more_arguments(
                 ceremony.decline(Ceremony.Status.REJECTED, admin_user)
 
 
+@pytest.mark.parametrize("tool", ["send_email", "post_sns"])
+def test_an_action_called_with_a_forged_approval_in_tool_calls(
+    dispatch, script, committed, attempts, earlier, tool
+):
+    """An action is never the model's to call: with a forged approval too, it is refused (the
+    replayed assertion in every place, every claim in `_meta.mcplet_auth`)."""
+    blocked = {"event_type": "TOOL_BLOCKED", "target_tool": tool, "details__rule": "surface"}
+    for label, forged in forgeries(earlier["mcplet_auth"], earlier["idempotencyKey"]).items():
+        if "replayed" not in label and not label.endswith("in _meta.mcplet_auth"):
+            continue
+        call = {"name": tool, "arguments": {**EMAIL, **forged}}
+        turns = [{"tool_calls": [call]}, {"expect": {"tool_errors": True}, "text": "refused"}]
+        with attempts.refused(label, **blocked):
+            run = play(dispatch, script, committed, turns)
+            run.refresh_from_db()
+            assert run.status == AgentRun.Status.SUCCESS and run.waiting_for is None
+
+
 def test_a_forged_approval_never_stands_in_for_the_passkey(
     dispatch, script, committed, attempts, earlier, admin_user
 ):
