@@ -209,8 +209,8 @@ class Loop:
     def _answer_pending_tool_calls(self):
         """Run the last turn's unanswered tool calls through the gateway. True if one waits."""
         run = self.run
-        for call in _unanswered(run.transcript):
-            ref = f"{run.pk}:{call['id']}"
+        for place, call in _unanswered(run.transcript):
+            ref = f"{run.pk}:{place}"
             ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
             if ceremony is not None:  # this call was held: its outcome, or keep waiting
                 if not ceremony.is_final:
@@ -445,11 +445,15 @@ def finish(run, status, *, result=None, error=None):
 
 
 def _unanswered(transcript):
-    """The tool calls of the last assistant turn that have no tool message yet."""
-    answered = {m.get("tool_call_id") for m in transcript if m.get("role") == "tool"}
-    for message in reversed(transcript):
-        if message.get("role") == "assistant":
-            return [c for c in message.get("tool_calls") or [] if c["id"] not in answered]
+    """The tool calls of the last assistant turn that have no tool message yet, each with its
+    place in the transcript (`call-<turn>-<index>`), which names its held call: the ids are the
+    LLM's, and one named like another held call ("result", "action-0") must not take its
+    approval."""
+    for turn in range(len(transcript) - 1, -1, -1):
+        if transcript[turn].get("role") == "assistant":
+            answered = {m.get("tool_call_id") for m in transcript[turn:] if m.get("role") == "tool"}
+            calls = enumerate(transcript[turn].get("tool_calls") or [])
+            return [(f"call-{turn}-{i}", c) for i, c in calls if c["id"] not in answered]
     return []
 
 

@@ -21,7 +21,8 @@ deterministic and a resumed run continues where it stopped. A turn answers with 
 `expect` (checks on the conversation before answering: `tool_results_contain`, `tool_errors`,
 `user_contains`), `delay` (seconds to sleep first; longer than the call's timeout raises a
 timeout) and `error: {kind: timeout|rate_limit|server|unavailable|connection, times: N}` (the
-first N attempts at this turn fail with that transient error; the turn is not consumed).
+first N attempts at this turn fail with that transient error; the turn is not consumed). A tool
+call may carry its own `id`, as models choose theirs.
 
 Whenever the conversation leaves its script — no script, unknown agent, more turns than scripted,
 an unmet `expect`, a malformed script — the model raises `ScriptError`, which litellm surfaces as
@@ -59,7 +60,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 _TURN_KEYS = {"tool_calls", "text", "json", "expect", "delay", "error"}
 _EXPECT_KEYS = {"tool_results_contain", "tool_errors", "user_contains"}
-_CALL_KEYS = {"name", "arguments"}
+_CALL_KEYS = {"name", "arguments", "id"}
 _ERROR_KINDS = {
     "timeout": litellm.exceptions.Timeout,
     "rate_limit": litellm.exceptions.RateLimitError,
@@ -250,7 +251,8 @@ def _tool_calls(calls: Any, agent: str, turn: int, where: str) -> list[dict]:
             arguments = json.dumps(arguments, ensure_ascii=False)
         out.append(
             {
-                "id": f"call_{agent}_{turn}_{i}",
+                # A script may pick the id, as a model does (they are the model's, not ours).
+                "id": call.get("id", f"call_{agent}_{turn}_{i}"),
                 "type": "function",
                 "function": {"name": call["name"], "arguments": arguments},
             }

@@ -21,7 +21,7 @@ from jsonschema.validators import validator_for
 from mcplet_host import audit, storable
 from mcplet_host.authority import HOST
 from mcplets import ErrorCode, error, ok
-from passkey.models import Ceremony
+from passkey.models import Ceremony, arguments_hash
 from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
 from pools.sessions import sessions
@@ -475,6 +475,13 @@ def _run_approved(ceremony):
     }
     assertion = ceremony.take_assertion()
     try:
+        # The approval is for the call as it was shown: a row edited since runs nothing.
+        if arguments_hash(ceremony.tool_name, ceremony.arguments) != ceremony.arguments_hash:
+            raise Refusal(
+                ErrorCode.AUTH_FAILED,
+                "The call was changed after it was approved; nothing ran.",
+                "approval",
+            )
         # The registry or the grants may have changed while the call waited: check again.
         mcplet = _check(
             ceremony.tool_name,

@@ -41,6 +41,7 @@ SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+CSRF_FAILURE_VIEW = "mcplet_host.views.csrf_failure"  # refused and audited
 
 # No "daphne" app: it only replaces runserver (the host runs with runhost, or daphne itself), and
 # it would import Twisted into every manage.py command (bench/startup.py).

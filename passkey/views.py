@@ -6,6 +6,7 @@ from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.views import LoginView, redirect_to_login
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
@@ -14,6 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from mcplet_host import storable
 from passkey import assertions, loopback
 from passkey.assertions import Refused
 from passkey.models import (
@@ -53,17 +55,27 @@ def approver_required(view):
     @wraps(view)
     def wrapped(request, *args, **kwargs):
         page = request.method == "GET"
-        if not request.user.is_authenticated:
+        user = request.user if request.user.is_authenticated else None
+        if user is None:
             if page:
                 return redirect_to_login(request.get_full_path(), reverse("passkey:login"))
-            return _error(Refused(assertions.NOT_AN_APPROVER, "Sign in first.", 401))
-        if not request.user.has_perm(APPROVE_PERMISSION):
+            return _not_an_approver(request, view, "Sign in first.", 401, kwargs)
+        if not user.has_perm(APPROVE_PERMISSION):
             if page:
                 return render(request, "passkey/forbidden.html", status=403)
-            return _error(Refused(assertions.NOT_AN_APPROVER, "You may not approve calls.", 403))
+            return _not_an_approver(request, view, "You may not approve calls.", 403, kwargs)
         return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def _not_an_approver(request, view, message, status, kwargs):
+    """An attempt at a passkey step by someone who may not take it: refused and audited."""
+    refusal = Refused(assertions.NOT_AN_APPROVER, message, status)
+    user = request.user if request.user.is_authenticated else None
+    token = kwargs.get("token", "")
+    audit_refusal(view.__name__, refusal, user=user, tool=f"ceremony {token[:8]}" if token else "")
+    return _error(refusal)
 
 
 def _error(refusal):
@@ -71,11 +83,14 @@ def _error(refusal):
 
 
 def _json(request):
+    """The body, if it is a JSON object the host can store; else None, which every caller
+    refuses as malformed (audited): hostile bodies — too large, nested past any limit, holding
+    NUL, lone surrogates or infinite numbers — included."""
     try:
         body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError, RequestDataTooBig):
         return None
-    return body if isinstance(body, dict) else None
+    return body if isinstance(body, dict) and storable.problem(body) is None else None
 
 
 def _page_origin(request):

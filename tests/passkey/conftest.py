@@ -3,6 +3,7 @@ import sys
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.core.cache import cache
 from django.test import Client
 
 from mcplet_host import gateway
@@ -93,6 +94,14 @@ def post_assertion(client, ceremony, credential, origin=ORIGIN):
     return client.post(
         url(ceremony, "assertion"), credential, content_type="application/json", HTTP_ORIGIN=origin
     )
+
+
+@pytest.fixture
+def approved(approver_client, authenticator, held):
+    """The held e-mail, approved with a passkey: its mcplet_auth, as the MCPlet receives it."""
+    response = post_assertion(approver_client, held, sign(approver_client, held, authenticator))
+    assert response.status_code == 200
+    return cache.get(held.assertion_key)
 
 
 @pytest.fixture

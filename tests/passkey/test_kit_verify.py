@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import anyio
 import pytest
-from django.core.cache import cache
 
 from mcplet_host import gateway
 from mcplets import averify_assertion, verify_assertion
@@ -19,13 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def endpoint(live_server):
     return f"{live_server.url}/auth/verify-assertion"
-
-
-@pytest.fixture
-def approved(approver_client, authenticator, held):
-    response = post_assertion(approver_client, held, sign(approver_client, held, authenticator))
-    assert response.status_code == 200
-    return cache.get(held.assertion_key)
 
 
 def code(envelope):

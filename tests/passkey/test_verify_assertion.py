@@ -12,19 +12,11 @@ from mcplet_host.models import AuditEvent
 from passkey.challenges import ChallengeRecord
 from passkey.models import BackendToken, Ceremony
 from pools.models import McpServer
-from tests.passkey.conftest import EMAIL_ARGS, post_assertion, sign
+from tests.passkey.conftest import EMAIL_ARGS, sign
 
 pytestmark = pytest.mark.django_db
 
 ENDPOINT = "/auth/verify-assertion"
-
-
-@pytest.fixture
-def approved(approver_client, authenticator, held):
-    """The held e-mail, approved with a passkey: its mcplet_auth, as the MCPlet receives it."""
-    response = post_assertion(approver_client, held, sign(approver_client, held, authenticator))
-    assert response.status_code == 200
-    return cache.get(held.assertion_key)
 
 
 def ask(client, token, auth, tool="send_email", arguments=EMAIL_ARGS):

@@ -22,12 +22,14 @@ from tests.security.workflow import (
     blocked,
     partner_task,
     run_of,
+    spellings,
 )
 
 # One MCP server for the module; tests/conftest.py's registry and call log point at it.
-calls, committed, reference_server, shared = (
+calls, committed, dispatch, reference_server, shared = (
     workflow.calls,
     workflow.committed,
+    workflow.dispatch,
     workflow.reference_server,
     workflow.shared,
 )
@@ -44,28 +46,6 @@ ARGUMENTS = {
     "post_sns": {"text": "Free dessert today!"},
 }
 WHO = {"the Director's task": None, "a partner's task": PARTNER}
-
-
-def spellings(name):
-    """The name, and ways an LLM (or an injected prompt) might spell it to slip past a check."""
-    confusable = name.replace("o", "\u043e", 1).replace("a", "\u0430", 1)  # Cyrillic о, а
-    return {
-        "exact": name,
-        "upper case": name.upper(),
-        "padded": f" {name}\t",
-        "confusable": confusable,
-        "zero-width": name[:3] + "\u200b" + name[3:],
-    }
-
-
-@pytest.fixture
-def dispatch(registry, director, script):
-    """The dispatch agent (media-pool), which partners may call; the partner holds media-pool
-    too, so only the surface rule stands between a proposal and its execution."""
-    partner = registry["partner"]
-    partner.callable_agents.set([registry["dispatch"]])
-    partner.accessible_pools.set([registry["media-pool"]])
-    return registry["dispatch"]
 
 
 def propose(dispatch, script, committed, tool, who):

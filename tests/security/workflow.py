@@ -4,6 +4,7 @@ API posts it, and the checks every attempt ends with — the MCP server's own ca
 nothing ran, and an audit event says why."""
 
 import contextlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -63,6 +64,18 @@ def partner_task(recipient="info-gathering-agent", parameters=None, sender=PARTN
     return bus.post(body, Authority.of_partner(sender), external=True)
 
 
+def spellings(name):
+    """The name, and ways an LLM (or an injected prompt) might spell it to slip past a check."""
+    confusable = name.replace("o", "\u043e", 1).replace("a", "\u0430", 1)  # Cyrillic о, а
+    return {
+        "exact": name,
+        "upper case": name.upper(),
+        "padded": f" {name}\t",
+        "confusable": confusable,
+        "zero-width": name[:3] + "\u200b" + name[3:],
+    }
+
+
 def run_of(agent_id):
     return AgentRun.objects.get(agent__agent_id=agent_id)
 
@@ -87,6 +100,13 @@ def shared(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="module")
+def mcp(shared):
+    """The harness's server (`attempts` watches its log) is the module's shared one."""
+    config, calls = shared
+    return SimpleNamespace(url=config["url"], calls=calls)
+
+
 @pytest.fixture
 def reference_server(shared):
     return shared[0]
@@ -96,6 +116,16 @@ def reference_server(shared):
 def calls(shared):
     shared[1].path.write_text("")  # this attempt's calls only
     return shared[1]
+
+
+@pytest.fixture
+def dispatch(registry, director):
+    """The dispatch agent (media-pool), which partners may call; the partner holds media-pool
+    too, so only the rule under attack stands between a proposal and its execution."""
+    partner = registry["partner"]
+    partner.callable_agents.set([registry["dispatch"]])
+    partner.accessible_pools.set([registry["media-pool"]])
+    return registry["dispatch"]
 
 
 @pytest.fixture
