@@ -6,9 +6,11 @@ Every call comes with the `Authority` it acts under (mcplet_host.authority): its
 grants are the calling agent's pools ∩ the pools of every external principal in it, and every
 audit event names who acts, for whom and through whom."""
 
+import itertools
 import json
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from django.apps import apps
 from django.conf import settings
@@ -20,10 +22,12 @@ from jsonschema.validators import validator_for
 
 from mcplet_host import audit, storable
 from mcplet_host.authority import HOST
-from mcplets import ErrorCode, error, ok
+from mcplets import ErrorCode, error, ok, recovery_hints
+from mcplets.envelope import RECOVERY_FIELDS
 from passkey.models import Ceremony
 from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
+from pools.models import _read_url as read_url
 from pools.sessions import sessions
 
 SURFACES = ("model", "app")
@@ -223,6 +227,84 @@ def _payload(result):
         return False, text
 
 
+def _hints(error):
+    """The MGP §14.5 recovery fields a server sent with its error, kept for the agent (those
+    the host cannot store are dropped)."""
+    hints = recovery_hints(error)
+    if storable.problem(hints.get("details")):
+        del hints["details"]
+    return hints
+
+
+# PWMA over MCP §3.6: a wallet's JSON-RPC errors, each a code the agent can tell apart, and
+# whether trying again later can help (an upstream failure may pass; a locked vault can be
+# unlocked by its holder; a denial or a malformed request stays what it is).
+URL_ELICITATION_REQUIRED = -32042  # MCP's URL mode and PWMA-ERR-ELICIT share it
+PWMA_ERRORS = {
+    -32040: ("X_PWMA_POLICY_DENIED", "the wallet's policy denied the request", False, "security"),
+    -32041: ("X_PWMA_BAD_REQUEST", "the wallet cannot read this request", False, "validation"),
+    URL_ELICITATION_REQUIRED: (
+        "X_PWMA_INTERACTION_REQUIRED",
+        "a person must act first",
+        False,
+        "security",
+    ),
+    -32043: ("X_PWMA_UPSTREAM_ERROR", "an issuer or verifier failed", True, "external"),
+    -32044: ("X_PWMA_VAULT_LOCKED", "the wallet's vault is locked", True, "security"),
+}
+
+
+def _jsonrpc_error(mcplet, exc, told):
+    """A JSON-RPC error the server answered: a PWMA code by its name, any other as unknown;
+    the hints the server `told` (its `data._mgp`) win over the host's defaults."""
+    hints = told
+    if exc.code in PWMA_ERRORS:
+        code, meaning, retryable, category = PWMA_ERRORS[exc.code]
+        hints = {"retryable": retryable, "category": category, **told}
+        if exc.code == URL_ELICITATION_REQUIRED:
+            hints["details"] = {"elicitations": _elicitations(exc.data)}
+        message = f"{exc.message} (PWMA {exc.code}: {meaning})"
+    else:
+        code = ErrorCode.UNKNOWN_ERROR
+        message = f"The server answered with an error: {exc.message} ({exc.code})."
+    return _error(code, message, mcplet.name, mcplet, **hints)
+
+
+MAX_ELICITATIONS = 8
+MAX_ELICITATION_CHARS = 4096
+URL_STEP = {"mode", "message", "url", "elicitation_id"}
+
+
+def _elicitations(data):
+    """The steps a -32042 asks a person to take, kept whole and uninterpreted: the MCP URL
+    mode (the SDK's ElicitRequestURLParams) and PWMA's QR mode (§3.4, an opaque payload).
+    What is malformed or cannot be stored is left out."""
+    from mcp_types import ElicitRequestURLParams
+    from pydantic import ValidationError
+
+    found = []
+    raw = data.get("elicitations") if isinstance(data, dict) else None
+    for item in (raw if isinstance(raw, list) else [])[:MAX_ELICITATIONS]:
+        if not isinstance(item, dict) or storable.problem(item):
+            continue
+        if item.get("mode") == "qr":
+            step = {k: item.get(k) for k in ("elicitationId", "mode", "message", "qrPayload")}
+        else:
+            try:
+                params = ElicitRequestURLParams.model_validate(item)
+            except ValidationError:
+                continue
+            # Read as the person's browser will read it; an ambiguous URL is not shown at all.
+            host, ambiguity = read_url(params.url) or ("", "not a web URL")
+            if not host or ambiguity or urlsplit(params.url).scheme not in ("http", "https"):
+                continue
+            step = params.model_dump(by_alias=True, exclude_none=True, include=URL_STEP)
+            step["domain"] = host
+        if all(isinstance(v, str) and len(v) <= MAX_ELICITATION_CHARS for v in step.values()):
+            found.append(step)
+    return found
+
+
 def _envelope_of(mcplet, result):
     is_envelope, body = _payload(result)
     if result.is_error or (is_envelope and "error" in body):
@@ -231,7 +313,7 @@ def _envelope_of(mcplet, result):
         if code not in set(ErrorCode) and not code.startswith("X_"):
             code = ErrorCode.UNKNOWN_ERROR
         message = err.get("message") or (body if isinstance(body, str) else json.dumps(body))
-        return _error(code, str(message), mcplet.name, mcplet)
+        return _error(code, str(message), mcplet.name, mcplet, **_hints(err))
     value = body["result"] if is_envelope else body
     if mcplet.result_schema is not None:
         schema = mcplet.result_schema
@@ -267,8 +349,11 @@ def _actor(agent_id, authority):
 def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
     """Steps 7–9: tools/call with a timeout, the result envelope, the audit event. A held call
     (`meta` carries its idempotency key) whose request left but got no answer is outcome-unknown:
-    not retryable, and the host never sends it again."""
+    not retryable, and the host never sends it again.
+
+    Returns (envelope, the MGP recovery hints the server itself sent with its error)."""
     started = time.monotonic()
+    told = {}
     if not mcplet.server.enabled:
         envelope = _error(
             ErrorCode.SERVICE_UNAVAILABLE,
@@ -316,14 +401,11 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
                 retry_after_ms=5000,
             )
         except MCPError as exc:
-            envelope = _error(
-                ErrorCode.UNKNOWN_ERROR,
-                f"The server answered with an error: {exc.message} ({exc.code}).",
-                mcplet.name,
-                mcplet,
-            )
+            told = _hints(exc.data) if isinstance(exc.data, dict) else {}
+            envelope = _jsonrpc_error(mcplet, exc, told)
         else:
             envelope = _envelope_of(mcplet, result)
+            told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
     failed = "error" in envelope
     audit.record(
         audit.EventType.TOOL_EXECUTED,
@@ -340,7 +422,42 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
             **(_failure(envelope) if failed else {}),
         },
     )
-    return envelope
+    return envelope, told
+
+
+def _retry_wait(mcplet, told, attempt):
+    """Milliseconds to wait before trying a failed call again, or None (MGP §14.6): only a
+    read or a prepare the server itself marked retryable — never an action — at most
+    MCPLET_TOOL_RETRIES times (fewer if it says so), and only while the wait it asks for
+    stays under MCPLET_TOOL_RETRY_MAX_WAIT_MS (the worker sleeps through it)."""
+    if mcplet.mcplet_type == Mcplet.Type.ACTION or told.get("retryable") is not True:
+        return None
+    limit = settings.MCPLET_TOOL_RETRIES
+    if attempt > min(told.get("max_retries", limit), limit):
+        return None
+    wait = told.get("retry_after_ms", 0)
+    if told.get("retry_strategy") == "exponential_backoff":
+        wait = max(wait, 100) * 2 ** (attempt - 1)
+    return wait if wait <= settings.MCPLET_TOOL_RETRY_MAX_WAIT_MS else None
+
+
+def _execute_with_retries(mcplet, arguments, *, actor, details, trace):
+    """`_execute`, tried again as the server's hints allow, each retry audited."""
+    for attempt in itertools.count(1):
+        envelope, told = _execute(mcplet, arguments, actor=actor, details=details, trace=trace)
+        wait = _retry_wait(mcplet, told, attempt) if "error" in envelope else None
+        if wait is None:
+            return envelope
+        audit.record(
+            "mcplet.tool.retried",
+            **actor,
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.PENDING,
+            trace_id=trace,
+            details={**details, "attempt": attempt + 1, "wait_ms": wait, **_failure(envelope)},
+        )
+        time.sleep(wait / 1000)
 
 
 def _failure(envelope):
@@ -429,7 +546,8 @@ def call_tool(
         return Outcome("pending", ceremony=ceremony)
 
     return Outcome(
-        "executed", _execute(mcplet, arguments, actor=actor, details=details, trace=trace)
+        "executed",
+        _execute_with_retries(mcplet, arguments, actor=actor, details=details, trace=trace),
     )
 
 
@@ -508,9 +626,10 @@ def _run_approved(ceremony):
     meta = {"idempotencyKey": ceremony.token}
     if ceremony.enforcement == Ceremony.Enforcement.STRICT:
         meta["mcplet_auth"] = assertion  # params._meta only: never arguments, logs or database
-    return _execute(
+    envelope, _ = _execute(
         mcplet, ceremony.arguments, actor=actor, details=details, trace=ceremony.trace_id, meta=meta
     )
+    return envelope
 
 
 def _agents():
