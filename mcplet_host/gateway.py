@@ -545,10 +545,57 @@ def call_tool(
             )
         return Outcome("pending", ceremony=ceremony)
 
-    return Outcome(
-        "executed",
-        _execute_with_retries(mcplet, arguments, actor=actor, details=details, trace=trace),
+    envelope = _execute_with_retries(mcplet, arguments, actor=actor, details=details, trace=trace)
+    steps = _steps(envelope)
+    if not steps:
+        return Outcome("executed", envelope)
+    held = _held(
+        agent.agent_id, authority, proposed_by_model, trace, surface, continuation, continuation_ref
     )
+    return Outcome("pending", ceremony=_hold_step_up(mcplet, arguments, envelope, held))
+
+
+# --- step-ups (MCP URL mode, PWMA -32042) -------------------------------------------------------
+
+
+def _steps(envelope):
+    """The steps a person must take before the call can succeed, or []."""
+    error = envelope.get("error") or {}
+    if error.get("code") != PWMA_ERRORS[URL_ELICITATION_REQUIRED][0]:
+        return []
+    return (error.get("details") or {}).get("elicitations") or []
+
+
+def _hold_step_up(mcplet, arguments, envelope, held):
+    """Hold the call like an approval (no worker waits) until the step is done; its page shows
+    the steps, and the approvers are told as for any held call."""
+    with transaction.atomic():
+        ceremony = Ceremony.open_step_up(
+            mcplet=mcplet,
+            arguments=arguments,
+            message=envelope["error"]["message"],
+            elicitations=_steps(envelope),
+            **held,
+        )
+        actor, details = _actor(held["agent_id"], held["authority"])
+        audit.record(
+            "mcplet.stepup.held",
+            **actor,
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.PENDING,
+            trace_id=held["trace_id"],
+            details={
+                **details,
+                "ceremony": ceremony.token[:8],
+                "elicitations": [
+                    {k: e.get(k) for k in ("elicitationId", "mode", "domain") if k in e}
+                    for e in ceremony.elicitations
+                ],
+                "expires_at": ceremony.expires_at,
+            },
+        )
+    return ceremony
 
 
 # --- resuming a held call -----------------------------------------------------------------------
@@ -560,7 +607,7 @@ def resume(ceremony_id):
     with transaction.atomic():
         ceremony = Ceremony.objects.select_for_update().get(pk=ceremony_id)
         if ceremony.status in Ceremony.DECLINED and ceremony.result is None:
-            code, message = Ceremony.DECLINED[ceremony.status]
+            code, message = ceremony.declined
             ceremony.result = _error(code, message, ceremony.tool_name, ceremony.mcplet)
             ceremony.save(update_fields=["result"])
             return _finish(ceremony)
@@ -569,7 +616,23 @@ def resume(ceremony_id):
         ceremony.status = Ceremony.Status.EXECUTING
         ceremony.save(update_fields=["status"])
 
+    if ceremony.kind == Ceremony.Kind.STEP_UP:
+        # The same call, the same arguments (PWMA's requestId with them), sent once more.
+        audit.record(
+            "mcplet.stepup.retried",
+            actor_type=audit.ActorType.AGENT,
+            actor_id=ceremony.agent_id,
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.PENDING,
+            trace_id=ceremony.trace_id,
+            details={"ceremony": ceremony.token[:8], **ceremony.authority.audit_details()},
+        )
     envelope = _run_approved(ceremony)
+    if ceremony.kind == Ceremony.Kind.STEP_UP and _steps(envelope) and ceremony.mcplet:
+        # The server asks for another step: a new hold, for the same continuation (whoever
+        # waits finds the newest).
+        _hold_step_up(ceremony.mcplet, ceremony.arguments, envelope, _held_like(ceremony))
     # Executed means it ran and succeeded: a call refused at the re-check, or one that ran and
     # returned an error, failed (the approval stands; the call did not do its work). One sent
     # without an answer may have run: its outcome is unknown, and it stays so.
@@ -630,6 +693,31 @@ def _run_approved(ceremony):
         mcplet, ceremony.arguments, actor=actor, details=details, trace=ceremony.trace_id, meta=meta
     )
     return envelope
+
+
+def _held(agent_id, authority, proposed_by_model, trace, surface, continuation, ref):
+    """What a held call keeps of who asked and who waits (Ceremony.open's keywords)."""
+    return {
+        "agent_id": agent_id,
+        "authority": authority,
+        "proposed_by_model": proposed_by_model,
+        "trace_id": trace,
+        "surface": surface,
+        "continuation": continuation,
+        "continuation_ref": ref,
+    }
+
+
+def _held_like(ceremony):
+    return _held(
+        ceremony.agent_id,
+        ceremony.authority,
+        ceremony.proposed_by_model,
+        ceremony.trace_id,
+        ceremony.surface,
+        ceremony.continuation,
+        ceremony.continuation_ref,
+    )
 
 
 def _agents():

@@ -62,8 +62,8 @@ class StepUp:
 
 
 class Wallet:
-    def __init__(self, base_url: str, calls_log: Path | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, provider_url: str, calls_log: Path | None = None) -> None:
+        self.provider_url = provider_url.rstrip("/")
         self.calls_log = calls_log
         self.steps: dict[str, StepUp] = {}  # by requestId
         self.artifacts: dict[str, dict[str, Any]] = {}  # by ref
@@ -93,7 +93,7 @@ class Wallet:
 
     def elicit(self, step: StepUp) -> dict[str, Any]:
         """§3.4: a QR for the holder's phone and the same step as a URL on the provider."""
-        url = f"{self.base_url}/presence/{step.elicitation_id}"
+        url = f"{self.provider_url}/presence/{step.elicitation_id}"
         message = f"Approve a mandate for {step.intent.get('payee', 'a payee')}"
         return {
             "elicitations": [
@@ -168,8 +168,9 @@ class Wallet:
                 await session.send_elicit_complete(step.elicitation_id)
 
 
-def build(base_url: str, calls_log: Path | None = None) -> MCPServer:
-    wallet = Wallet(base_url, calls_log)
+def build(provider_url: str, calls_log: Path | None = None) -> MCPServer:
+    """The wallet; its step-ups send the holder to the presence provider at `provider_url`."""
+    wallet = Wallet(provider_url, calls_log)
     server = MCPServer("pwma-wallet")
     register_model_tool(
         server,
@@ -203,10 +204,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8767)
     parser.add_argument("--calls-log", type=Path)
     parser.add_argument(
+        "--provider-url", help="where the provider page is reached (default: this server)"
+    )
+    parser.add_argument(
         "--transport", choices=["streamable-http", "stdio"], default="streamable-http"
     )
     args = parser.parse_args(argv)
-    server = build(f"http://{args.host}:{args.port}", args.calls_log)
+    server = build(args.provider_url or f"http://{args.host}:{args.port}", args.calls_log)
     if args.transport == "stdio":
         server.run()
     else:
@@ -214,13 +218,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 @contextlib.contextmanager
-def serve(calls_log: Path | None = None, timeout: float = 20) -> Iterator[str]:
+def serve(
+    calls_log: Path | None = None, timeout: float = 20, provider_host: str = "127.0.0.1"
+) -> Iterator[str]:
     """Run the wallet in a child process on a free port; yield its base URL (`/mcp` is the
-    MCP endpoint)."""
+    MCP endpoint). Its step-ups name `provider_host` (e.g. `localhost`: another domain)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "mcplets.examples.pwma_wallet", "--port", str(port)]
+    command += ["--provider-url", f"http://{provider_host}:{port}"]
     if calls_log is not None:
         command += ["--calls-log", str(Path(calls_log).resolve())]
     process = subprocess.Popen(command, cwd=SOURCE_ROOT)
