@@ -566,7 +566,7 @@ def _steps(envelope):
     return (error.get("details") or {}).get("elicitations") or []
 
 
-def _hold_step_up(mcplet, arguments, envelope, held):
+def _hold_step_up(mcplet, arguments, envelope, held, enforcement=Ceremony.Enforcement.HOST_ONLY):
     """Hold the call like an approval (no worker waits) until the step is done; its page shows
     the steps, and the approvers are told as for any held call."""
     with transaction.atomic():
@@ -575,6 +575,7 @@ def _hold_step_up(mcplet, arguments, envelope, held):
             arguments=arguments,
             message=envelope["error"]["message"],
             elicitations=_steps(envelope),
+            enforcement=enforcement,
             **held,
         )
         actor, details = _actor(held["agent_id"], held["authority"])
@@ -616,6 +617,9 @@ def resume(ceremony_id):
         ceremony.status = Ceremony.Status.EXECUTING
         ceremony.save(update_fields=["status"])
 
+    strict = ceremony.enforcement == Ceremony.Enforcement.STRICT
+    if ceremony.kind == Ceremony.Kind.STEP_UP and strict and ceremony.mcplet:
+        return _approve_again(ceremony)
     if ceremony.kind == Ceremony.Kind.STEP_UP:
         # The same call, the same arguments (PWMA's requestId with them), sent once more.
         audit.record(
@@ -629,10 +633,11 @@ def resume(ceremony_id):
             details={"ceremony": ceremony.token[:8], **ceremony.authority.audit_details()},
         )
     envelope = _run_approved(ceremony)
-    if ceremony.kind == Ceremony.Kind.STEP_UP and _steps(envelope) and ceremony.mcplet:
-        # The server asks for another step: a new hold, for the same continuation (whoever
-        # waits finds the newest).
-        _hold_step_up(ceremony.mcplet, ceremony.arguments, envelope, _held_like(ceremony))
+    if _steps(envelope) and ceremony.mcplet:
+        # The server asks for a step (again): a new hold, for the same continuation (whoever
+        # waits finds the newest). An approved strict action keeps needing a passkey.
+        held = _held_like(ceremony)
+        _hold_step_up(ceremony.mcplet, ceremony.arguments, envelope, held, ceremony.enforcement)
     # Executed means it ran and succeeded: a call refused at the re-check, or one that ran and
     # returned an error, failed (the approval stands; the call did not do its work). One sent
     # without an answer may have run: its outcome is unknown, and it stays so.
@@ -643,6 +648,36 @@ def resume(ceremony_id):
         ceremony.status = Ceremony.Status.FAILED if code else Ceremony.Status.EXECUTED
     ceremony.result, ceremony.executed_at = envelope, timezone.now()
     ceremony.save(update_fields=["status", "result", "executed_at"])
+    return _finish(ceremony)
+
+
+def _approve_again(ceremony):
+    """A strict action's step is done, but its passkey assertion was used once: the same call
+    is held for a fresh approval (a new challenge bound to the same call), for the same
+    continuation. Nothing is sent until then."""
+    with transaction.atomic():
+        again = Ceremony.open(
+            mcplet=ceremony.mcplet, arguments=ceremony.arguments, **_held_like(ceremony)
+        )
+        actor, details = _actor(ceremony.agent_id, ceremony.authority)
+        audit.record(
+            "mcplet.approval.requested",
+            **actor,
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.PENDING,
+            trace_id=ceremony.trace_id,
+            details={
+                **details,
+                "ceremony": again.token[:8],
+                "after_step": ceremony.token[:8],
+                "enforcement": again.enforcement,
+                "expires_at": again.expires_at,
+            },
+        )
+        ceremony.status, ceremony.executed_at = Ceremony.Status.EXECUTED, timezone.now()
+        ceremony.result = {"stepCompleted": True, "approval": again.token[:8]}
+        ceremony.save(update_fields=["status", "result", "executed_at"])
     return _finish(ceremony)
 
 

@@ -450,12 +450,15 @@ class Ceremony(models.Model):
         )
 
     @classmethod
-    def open_step_up(cls, *, mcplet, arguments, message, elicitations, **held):
-        """Hold a call its server asked a person to step up for (`held`: as for `open`)."""
+    def open_step_up(
+        cls, *, mcplet, arguments, message, elicitations, enforcement="host-only", **held
+    ):
+        """Hold a call its server asked a person to step up for (`held`: as for `open`). A
+        `strict` one (an action approved with a passkey, whose assertion was used once) is not
+        sent again on completion: it is held for a fresh assertion for the same call."""
         ceremony = cls.open(mcplet=mcplet, arguments=arguments, **held)
         ceremony.kind, ceremony.elicitations = cls.Kind.STEP_UP, elicitations
-        ceremony.prompt_message = message
-        ceremony.enforcement = cls.Enforcement.HOST_ONLY  # the server checked the person
+        ceremony.prompt_message, ceremony.enforcement = message, enforcement
         ceremony.save(update_fields=["kind", "elicitations", "prompt_message", "enforcement"])
         return ceremony
 

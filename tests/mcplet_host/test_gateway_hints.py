@@ -231,3 +231,51 @@ def test_the_agents_tool_message_carries_the_servers_hints(serve, calls, script)
     error = json.loads(message["content"])["error"]
     assert error == {"code": "X_BUSY", "message": "try later", "retry_after_ms": 250, **HINTS}
     assert len(calls("site_stats")) == 1
+
+
+STEP = {
+    "elicitations": [
+        {
+            "elicitationId": "e-1",
+            "mode": "url",
+            "message": "Confirm at your bank",
+            "url": "https://bank.example/confirm/e-1",
+        }
+    ]
+}
+
+
+def test_a_strict_actions_step_up_needs_a_fresh_assertion_for_the_same_call(
+    serve, calls, admin_user
+):
+    from tests.conftest import STRICT
+    from tests.mcplet_host.test_gateway import ASSERTION
+
+    action = entry("pay", "action", ("app",), auth=STRICT)
+    agent = serve(action | {"answers": [rpc_error(-32042, STEP), SUCCESS]})
+    arguments = {"amount": 120}
+    first = gateway.call_tool(agent, "pay", arguments, "app", continuation_ref="run:pay").ceremony
+    first.approve(admin_user, assertion=ASSERTION)
+    gateway.resume(first.pk)
+
+    step = Ceremony.objects.filter(continuation_ref="run:pay").first()
+    assert step.kind == Ceremony.Kind.STEP_UP and step.enforcement == "strict"
+    assert step.elicitations[0]["domain"] == "bank.example"
+    assert step.complete_step(admin_user)
+    gateway.resume(step.pk)
+
+    # Done stepping, but the first assertion was used once: nothing is sent without a new one.
+    assert len(calls("pay")) == 1
+    again = Ceremony.objects.filter(continuation_ref="run:pay").first()
+    assert again.kind == Ceremony.Kind.TOOL_CALL and again.status == Ceremony.Status.PENDING
+    assert (again.arguments, again.arguments_hash) == (arguments, first.arguments_hash)
+    assert again.nonce != first.nonce  # a new challenge, bound to the same call
+    fresh = ASSERTION | {"signature": "QW5vdGhlci1zaWduYXR1cmU"}
+    again.approve(admin_user, assertion=fresh)
+    gateway.resume(again.pk)
+
+    sent = calls("pay")
+    assert [c["arguments"] for c in sent] == [arguments, arguments]
+    assert sent[1]["meta"]["mcplet_auth"] == fresh
+    again.refresh_from_db()
+    assert again.status == Ceremony.Status.EXECUTED and again.result["result"] == {"visits": 7}
