@@ -6,9 +6,11 @@ Every call comes with the `Authority` it acts under (mcplet_host.authority): its
 grants are the calling agent's pools ∩ the pools of every external principal in it, and every
 audit event names who acts, for whom and through whom."""
 
+import itertools
 import json
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from django.apps import apps
 from django.conf import settings
@@ -20,10 +22,12 @@ from jsonschema.validators import validator_for
 
 from mcplet_host import audit, storable
 from mcplet_host.authority import HOST
-from mcplets import ErrorCode, error, ok
+from mcplets import ErrorCode, error, ok, recovery_hints
+from mcplets.envelope import RECOVERY_FIELDS
 from passkey.models import Ceremony, arguments_hash
 from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
+from pools.models import _read_url as read_url
 from pools.sessions import sessions
 
 SURFACES = ("model", "app")
@@ -223,6 +227,84 @@ def _payload(result):
         return False, text
 
 
+def _hints(error):
+    """The MGP §14.5 recovery fields a server sent with its error, kept for the agent (those
+    the host cannot store are dropped)."""
+    hints = recovery_hints(error)
+    if storable.problem(hints.get("details")):
+        del hints["details"]
+    return hints
+
+
+# PWMA over MCP §3.6: a wallet's JSON-RPC errors, each a code the agent can tell apart, and
+# whether trying again later can help (an upstream failure may pass; a locked vault can be
+# unlocked by its holder; a denial or a malformed request stays what it is).
+URL_ELICITATION_REQUIRED = -32042  # MCP's URL mode and PWMA-ERR-ELICIT share it
+PWMA_ERRORS = {
+    -32040: ("X_PWMA_POLICY_DENIED", "the wallet's policy denied the request", False, "security"),
+    -32041: ("X_PWMA_BAD_REQUEST", "the wallet cannot read this request", False, "validation"),
+    URL_ELICITATION_REQUIRED: (
+        "X_PWMA_INTERACTION_REQUIRED",
+        "a person must act first",
+        False,
+        "security",
+    ),
+    -32043: ("X_PWMA_UPSTREAM_ERROR", "an issuer or verifier failed", True, "external"),
+    -32044: ("X_PWMA_VAULT_LOCKED", "the wallet's vault is locked", True, "security"),
+}
+
+
+def _jsonrpc_error(mcplet, exc, told):
+    """A JSON-RPC error the server answered: a PWMA code by its name, any other as unknown;
+    the hints the server `told` (its `data._mgp`) win over the host's defaults."""
+    hints = told
+    if exc.code in PWMA_ERRORS:
+        code, meaning, retryable, category = PWMA_ERRORS[exc.code]
+        hints = {"retryable": retryable, "category": category, **told}
+        if exc.code == URL_ELICITATION_REQUIRED:
+            hints["details"] = {"elicitations": _elicitations(exc.data)}
+        message = f"{exc.message} (PWMA {exc.code}: {meaning})"
+    else:
+        code = ErrorCode.UNKNOWN_ERROR
+        message = f"The server answered with an error: {exc.message} ({exc.code})."
+    return _error(code, message, mcplet.name, mcplet, **hints)
+
+
+MAX_ELICITATIONS = 8
+MAX_ELICITATION_CHARS = 4096
+URL_STEP = {"mode", "message", "url", "elicitation_id"}
+
+
+def _elicitations(data):
+    """The steps a -32042 asks a person to take, kept whole and uninterpreted: the MCP URL
+    mode (the SDK's ElicitRequestURLParams) and PWMA's QR mode (§3.4, an opaque payload).
+    What is malformed or cannot be stored is left out."""
+    from mcp_types import ElicitRequestURLParams
+    from pydantic import ValidationError
+
+    found = []
+    raw = data.get("elicitations") if isinstance(data, dict) else None
+    for item in (raw if isinstance(raw, list) else [])[:MAX_ELICITATIONS]:
+        if not isinstance(item, dict) or storable.problem(item):
+            continue
+        if item.get("mode") == "qr":
+            step = {k: item.get(k) for k in ("elicitationId", "mode", "message", "qrPayload")}
+        else:
+            try:
+                params = ElicitRequestURLParams.model_validate(item)
+            except ValidationError:
+                continue
+            # Read as the person's browser will read it; an ambiguous URL is not shown at all.
+            host, ambiguity = read_url(params.url) or ("", "not a web URL")
+            if not host or ambiguity or urlsplit(params.url).scheme not in ("http", "https"):
+                continue
+            step = params.model_dump(by_alias=True, exclude_none=True, include=URL_STEP)
+            step["domain"] = host
+        if all(isinstance(v, str) and len(v) <= MAX_ELICITATION_CHARS for v in step.values()):
+            found.append(step)
+    return found
+
+
 def _envelope_of(mcplet, result):
     is_envelope, body = _payload(result)
     if result.is_error or (is_envelope and "error" in body):
@@ -231,7 +313,7 @@ def _envelope_of(mcplet, result):
         if code not in set(ErrorCode) and not code.startswith("X_"):
             code = ErrorCode.UNKNOWN_ERROR
         message = err.get("message") or (body if isinstance(body, str) else json.dumps(body))
-        return _error(code, str(message), mcplet.name, mcplet)
+        return _error(code, str(message), mcplet.name, mcplet, **_hints(err))
     value = body["result"] if is_envelope else body
     if mcplet.result_schema is not None:
         schema = mcplet.result_schema
@@ -267,8 +349,11 @@ def _actor(agent_id, authority):
 def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
     """Steps 7–9: tools/call with a timeout, the result envelope, the audit event. A held call
     (`meta` carries its idempotency key) whose request left but got no answer is outcome-unknown:
-    not retryable, and the host never sends it again."""
+    not retryable, and the host never sends it again.
+
+    Returns (envelope, the MGP recovery hints the server itself sent with its error)."""
     started = time.monotonic()
+    told = {}
     if not mcplet.server.enabled:
         envelope = _error(
             ErrorCode.SERVICE_UNAVAILABLE,
@@ -316,14 +401,11 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
                 retry_after_ms=5000,
             )
         except MCPError as exc:
-            envelope = _error(
-                ErrorCode.UNKNOWN_ERROR,
-                f"The server answered with an error: {exc.message} ({exc.code}).",
-                mcplet.name,
-                mcplet,
-            )
+            told = _hints(exc.data) if isinstance(exc.data, dict) else {}
+            envelope = _jsonrpc_error(mcplet, exc, told)
         else:
             envelope = _envelope_of(mcplet, result)
+            told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
     failed = "error" in envelope
     audit.record(
         audit.EventType.TOOL_EXECUTED,
@@ -340,7 +422,42 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
             **(_failure(envelope) if failed else {}),
         },
     )
-    return envelope
+    return envelope, told
+
+
+def _retry_wait(mcplet, told, attempt):
+    """Milliseconds to wait before trying a failed call again, or None (MGP §14.6): only a
+    read or a prepare the server itself marked retryable — never an action — at most
+    MCPLET_TOOL_RETRIES times (fewer if it says so), and only while the wait it asks for
+    stays under MCPLET_TOOL_RETRY_MAX_WAIT_MS (the worker sleeps through it)."""
+    if mcplet.mcplet_type == Mcplet.Type.ACTION or told.get("retryable") is not True:
+        return None
+    limit = settings.MCPLET_TOOL_RETRIES
+    if attempt > min(told.get("max_retries", limit), limit):
+        return None
+    wait = told.get("retry_after_ms", 0)
+    if told.get("retry_strategy") == "exponential_backoff":
+        wait = max(wait, 100) * 2 ** (attempt - 1)
+    return wait if wait <= settings.MCPLET_TOOL_RETRY_MAX_WAIT_MS else None
+
+
+def _execute_with_retries(mcplet, arguments, *, actor, details, trace):
+    """`_execute`, tried again as the server's hints allow, each retry audited."""
+    for attempt in itertools.count(1):
+        envelope, told = _execute(mcplet, arguments, actor=actor, details=details, trace=trace)
+        wait = _retry_wait(mcplet, told, attempt) if "error" in envelope else None
+        if wait is None:
+            return envelope
+        audit.record(
+            "mcplet.tool.retried",
+            **actor,
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.PENDING,
+            trace_id=trace,
+            details={**details, "attempt": attempt + 1, "wait_ms": wait, **_failure(envelope)},
+        )
+        time.sleep(wait / 1000)
 
 
 def _failure(envelope):
@@ -428,9 +545,58 @@ def call_tool(
             )
         return Outcome("pending", ceremony=ceremony)
 
-    return Outcome(
-        "executed", _execute(mcplet, arguments, actor=actor, details=details, trace=trace)
+    envelope = _execute_with_retries(mcplet, arguments, actor=actor, details=details, trace=trace)
+    steps = _steps(envelope)
+    if not steps:
+        return Outcome("executed", envelope)
+    held = _held(
+        agent.agent_id, authority, proposed_by_model, trace, surface, continuation, continuation_ref
     )
+    return Outcome("pending", ceremony=_hold_step_up(mcplet, arguments, envelope, held))
+
+
+# --- step-ups (MCP URL mode, PWMA -32042) -------------------------------------------------------
+
+
+def _steps(envelope):
+    """The steps a person must take before the call can succeed, or []."""
+    error = envelope.get("error") or {}
+    if error.get("code") != PWMA_ERRORS[URL_ELICITATION_REQUIRED][0]:
+        return []
+    return (error.get("details") or {}).get("elicitations") or []
+
+
+def _hold_step_up(mcplet, arguments, envelope, held, enforcement=Ceremony.Enforcement.HOST_ONLY):
+    """Hold the call like an approval (no worker waits) until the step is done; its page shows
+    the steps, and the approvers are told as for any held call."""
+    with transaction.atomic():
+        ceremony = Ceremony.open_step_up(
+            mcplet=mcplet,
+            arguments=arguments,
+            message=envelope["error"]["message"],
+            elicitations=_steps(envelope),
+            enforcement=enforcement,
+            **held,
+        )
+        actor, details = _actor(held["agent_id"], held["authority"])
+        audit.record(
+            "mcplet.stepup.held",
+            **actor,
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.PENDING,
+            trace_id=held["trace_id"],
+            details={
+                **details,
+                "ceremony": ceremony.token[:8],
+                "elicitations": [
+                    {k: e.get(k) for k in ("elicitationId", "mode", "domain") if k in e}
+                    for e in ceremony.elicitations
+                ],
+                "expires_at": ceremony.expires_at,
+            },
+        )
+    return ceremony
 
 
 # --- resuming a held call -----------------------------------------------------------------------
@@ -442,7 +608,7 @@ def resume(ceremony_id):
     with transaction.atomic():
         ceremony = Ceremony.objects.select_for_update().get(pk=ceremony_id)
         if ceremony.status in Ceremony.DECLINED and ceremony.result is None:
-            code, message = Ceremony.DECLINED[ceremony.status]
+            code, message = ceremony.declined
             ceremony.result = _error(code, message, ceremony.tool_name, ceremony.mcplet)
             ceremony.save(update_fields=["result"])
             return _finish(ceremony)
@@ -451,7 +617,27 @@ def resume(ceremony_id):
         ceremony.status = Ceremony.Status.EXECUTING
         ceremony.save(update_fields=["status"])
 
+    strict = ceremony.enforcement == Ceremony.Enforcement.STRICT
+    if ceremony.kind == Ceremony.Kind.STEP_UP and strict and ceremony.mcplet:
+        return _approve_again(ceremony)
+    if ceremony.kind == Ceremony.Kind.STEP_UP:
+        # The same call, the same arguments (PWMA's requestId with them), sent once more.
+        audit.record(
+            "mcplet.stepup.retried",
+            actor_type=audit.ActorType.AGENT,
+            actor_id=ceremony.agent_id,
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.PENDING,
+            trace_id=ceremony.trace_id,
+            details={"ceremony": ceremony.token[:8], **ceremony.authority.audit_details()},
+        )
     envelope = _run_approved(ceremony)
+    if _steps(envelope) and ceremony.mcplet:
+        # The server asks for a step (again): a new hold, for the same continuation (whoever
+        # waits finds the newest). An approved strict action keeps needing a passkey.
+        held = _held_like(ceremony)
+        _hold_step_up(ceremony.mcplet, ceremony.arguments, envelope, held, ceremony.enforcement)
     # Executed means it ran and succeeded: a call refused at the re-check, or one that ran and
     # returned an error, failed (the approval stands; the call did not do its work). One sent
     # without an answer may have run: its outcome is unknown, and it stays so.
@@ -462,6 +648,36 @@ def resume(ceremony_id):
         ceremony.status = Ceremony.Status.FAILED if code else Ceremony.Status.EXECUTED
     ceremony.result, ceremony.executed_at = envelope, timezone.now()
     ceremony.save(update_fields=["status", "result", "executed_at"])
+    return _finish(ceremony)
+
+
+def _approve_again(ceremony):
+    """A strict action's step is done, but its passkey assertion was used once: the same call
+    is held for a fresh approval (a new challenge bound to the same call), for the same
+    continuation. Nothing is sent until then."""
+    with transaction.atomic():
+        again = Ceremony.open(
+            mcplet=ceremony.mcplet, arguments=ceremony.arguments, **_held_like(ceremony)
+        )
+        actor, details = _actor(ceremony.agent_id, ceremony.authority)
+        audit.record(
+            "mcplet.approval.requested",
+            **actor,
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.PENDING,
+            trace_id=ceremony.trace_id,
+            details={
+                **details,
+                "ceremony": again.token[:8],
+                "after_step": ceremony.token[:8],
+                "enforcement": again.enforcement,
+                "expires_at": again.expires_at,
+            },
+        )
+        ceremony.status, ceremony.executed_at = Ceremony.Status.EXECUTED, timezone.now()
+        ceremony.result = {"stepCompleted": True, "approval": again.token[:8]}
+        ceremony.save(update_fields=["status", "result", "executed_at"])
     return _finish(ceremony)
 
 
@@ -515,8 +731,34 @@ def _run_approved(ceremony):
     meta = {"idempotencyKey": ceremony.token}
     if ceremony.enforcement == Ceremony.Enforcement.STRICT:
         meta["mcplet_auth"] = assertion  # params._meta only: never arguments, logs or database
-    return _execute(
+    envelope, _ = _execute(
         mcplet, ceremony.arguments, actor=actor, details=details, trace=ceremony.trace_id, meta=meta
+    )
+    return envelope
+
+
+def _held(agent_id, authority, proposed_by_model, trace, surface, continuation, ref):
+    """What a held call keeps of who asked and who waits (Ceremony.open's keywords)."""
+    return {
+        "agent_id": agent_id,
+        "authority": authority,
+        "proposed_by_model": proposed_by_model,
+        "trace_id": trace,
+        "surface": surface,
+        "continuation": continuation,
+        "continuation_ref": ref,
+    }
+
+
+def _held_like(ceremony):
+    return _held(
+        ceremony.agent_id,
+        ceremony.authority,
+        ceremony.proposed_by_model,
+        ceremony.trace_id,
+        ceremony.surface,
+        ceremony.continuation,
+        ceremony.continuation_ref,
     )
 
 

@@ -203,6 +203,10 @@ PASSKEY_RP_NAME = env_str("PASSKEY_RP_NAME", "MCPlet Host")
 MCPLET_APPROVAL_TTL = env_int("MCPLET_APPROVAL_TTL", 900, minimum=10)
 # How long one MCP tools/call may take before the gateway answers SERVICE_UNAVAILABLE.
 MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
+# A read or prepare its server marks retryable (MGP §14.6) is tried again at most this many
+# times, and only when the wait it asks for is at most this long (the worker sleeps through it).
+MCPLET_TOOL_RETRIES = env_int("MCPLET_TOOL_RETRIES", 2, minimum=0)
+MCPLET_TOOL_RETRY_MAX_WAIT_MS = env_int("MCPLET_TOOL_RETRY_MAX_WAIT_MS", 5000, minimum=0)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = VAR_DIR / "mail"

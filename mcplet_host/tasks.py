@@ -20,6 +20,13 @@ def resume_call(ceremony_id):
     gateway.resume(ceremony_id)
 
 
+@shared_task(name="mcplet_host.elicitation_complete", ignore_result=True)
+def elicitation_complete(server_id, elicitation_id):
+    """A server's notifications/elicitation/complete, heard by some process's session: the
+    step-up waiting for it is completed and its call sent again (idempotent)."""
+    Ceremony.elicitation_completed(server_id, elicitation_id)
+
+
 @shared_task(name="mcplet_host.expire_ceremonies", ignore_result=True)
 def expire_ceremonies():
     """Beat: pending calls nobody approved in time are resolved as expired, unexecuted."""

@@ -21,6 +21,7 @@ _EXPORTS = {
             "MCPletError",
             "error",
             "ok",
+            "recovery_hints",
             "utc_timestamp",
         ],
         "envelope",

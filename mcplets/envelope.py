@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,19 @@ if TYPE_CHECKING:
 MCPLET_TYPES = ("read", "prepare", "action")
 VISIBILITIES = (["model"], ["app"], ["model", "app"])
 AUTH_ENFORCEMENTS = ("strict", "host-only")
+# MGP §14.5: what an error may say about recovering from it, as MGP spells it.
+RECOVERY_FIELDS = (
+    "retryable",
+    "retry_after_ms",
+    "category",
+    "retry_strategy",
+    "max_retries",
+    "fallback_tool",
+    "details",
+)
+RECOVERY_CATEGORIES = ("security", "lifecycle", "resource", "validation", "external")
+RETRY_STRATEGIES = ("immediate", "fixed_delay", "exponential_backoff")
+MAX_DETAILS_CHARS = 2000
 
 
 class ErrorCode(enum.StrEnum):
@@ -54,20 +68,13 @@ class Envelope(dict):
 class MCPletError(Exception):
     """Raised by a tool handler to answer with an error envelope instead of a result."""
 
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        retryable: bool | None = None,
-        retry_after_ms: int | None = None,
-        text: str | None = None,
-    ) -> None:
+    def __init__(self, code: str, message: str, *, text: str | None = None, **recovery: Any):
+        """`recovery`: the MGP §14.5 fields (`retryable`, `retry_after_ms`, `category`,
+        `retry_strategy`, `max_retries`, `fallback_tool`, `details`) the envelope carries."""
         super().__init__(message)
         self.code = check_error_code(code)
         self.message = message
-        self.retryable = retryable
-        self.retry_after_ms = retry_after_ms
+        self.recovery = _check_recovery_names(recovery)
         self.text = text
 
 
@@ -131,16 +138,60 @@ def error(
     mcplet_type: str | None,
     visibility: Sequence[str] | None = None,
     text: str | None = None,
-    retryable: bool | None = None,
-    retry_after_ms: int | None = None,
+    **recovery: Any,
 ) -> Envelope:
     """An error envelope; its default text is `CODE: message`. `mcplet_type=None` leaves the
-    type out, for a host refusing a tool it does not know."""
+    type out, for a host refusing a tool it does not know. `recovery` holds the MGP §14.5
+    fields (`retryable`, `retry_after_ms`, ...); those left None are left out."""
     code = check_error_code(code)
     err: dict[str, Any] = {"message": message, "code": code}
-    if retryable is not None:
-        err["retryable"] = retryable
-    if retry_after_ms is not None:
-        err["retry_after_ms"] = retry_after_ms  # MGP §14.5 recovery field, as MGP spells it
+    for name in _check_recovery_names(recovery):
+        if recovery[name] is not None:
+            err[name] = recovery[name]
     body = {"error": err, "_meta": _meta(tool_id, mcplet_type, visibility)}
     return Envelope(body, text if text is not None else f"{code}: {message}")
+
+
+def _check_recovery_names(recovery: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(recovery) - set(RECOVERY_FIELDS))
+    if unknown:
+        raise TypeError(f"MGP §14.5 defines no recovery field {', '.join(unknown)}")
+    return recovery
+
+
+def recovery_hints(error: Any) -> dict[str, Any]:
+    """The well-formed MGP §14.5 recovery fields of a server's error object: flat beside its
+    code (as this kit writes them) or in its `_mgp` object (as MGP's JSON-RPC errors carry
+    them). What is not well-formed is left out: the server is not trusted to be careful."""
+    if not isinstance(error, dict):
+        return {}
+    found = {**error, **error["_mgp"]} if isinstance(error.get("_mgp"), dict) else error
+    hints: dict[str, Any] = {}
+    if isinstance(found.get("retryable"), bool):
+        hints["retryable"] = found["retryable"]
+    wait = found.get("retry_after_ms")
+    if _number(wait) and 0 <= wait <= 86_400_000:
+        hints["retry_after_ms"] = int(wait)
+    if found.get("category") in RECOVERY_CATEGORIES:
+        hints["category"] = found["category"]
+    if found.get("retry_strategy") in RETRY_STRATEGIES:
+        hints["retry_strategy"] = found["retry_strategy"]
+    retries = found.get("max_retries")
+    if _number(retries) and retries == int(retries) and 0 <= retries <= 100:
+        hints["max_retries"] = int(retries)
+    fallback = found.get("fallback_tool")
+    if isinstance(fallback, str) and 0 < len(fallback) <= 200 and fallback.isprintable():
+        hints["fallback_tool"] = fallback
+    details = found.get("details")
+    if isinstance(details, dict):
+        try:
+            size = len(json.dumps(details, allow_nan=False))
+        except (TypeError, ValueError):
+            size = None
+        if size is not None and size <= MAX_DETAILS_CHARS:
+            hints["details"] = details
+    return hints
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -343,8 +343,7 @@ def _handler(
                 exc.code,
                 exc.message,
                 text=exc.text,
-                retryable=exc.retryable,
-                retry_after_ms=exc.retry_after_ms,
+                **exc.recovery,
                 **identity,
             )
         if isinstance(result, CallToolResult):

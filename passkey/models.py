@@ -339,6 +339,9 @@ class Ceremony(models.Model):
     class Kind(models.TextChoices):
         TOOL_CALL = "tool_call", "a tool call"
         RESULT = "result", "an agent's result (e.g. a plan) before its hand-off"
+        # A call its server answered with a step-up (MCP URL mode, PWMA -32042): a person
+        # completes it on the server's side, then the host sends the same call again, once.
+        STEP_UP = "step_up", "a tool call waiting for a person's step on the server's side"
 
     FINAL = (
         Status.EXECUTED,
@@ -350,6 +353,11 @@ class Ceremony(models.Model):
     DECLINED = {
         Status.REJECTED: ("X_APPROVAL_REJECTED", "The approver rejected this; nothing ran."),
         Status.EXPIRED: ("X_APPROVAL_EXPIRED", "Nobody approved this in time; nothing ran."),
+    }
+    # A step-up's first call did run (and asked for the step): nothing *more* ran.
+    STEP_DECLINED = {
+        Status.REJECTED: "The step was cancelled; the call was not sent again.",
+        Status.EXPIRED: "Nobody finished the step in time; the call was not sent again.",
     }
 
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TOOL_CALL)
@@ -388,6 +396,11 @@ class Ceremony(models.Model):
         max_length=200, blank=True, help_text="Celery task told (with this id) once it is final."
     )
     continuation_ref = models.CharField(max_length=100, blank=True)
+    elicitations = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="A step-up's steps as the server sent them (URL or QR), shown to the person.",
+    )
 
     objects = CeremonyQuerySet.as_manager()
 
@@ -435,6 +448,60 @@ class Ceremony(models.Model):
             continuation=continuation,
             continuation_ref=continuation_ref,
         )
+
+    @classmethod
+    def open_step_up(
+        cls, *, mcplet, arguments, message, elicitations, enforcement="host-only", **held
+    ):
+        """Hold a call its server asked a person to step up for (`held`: as for `open`). A
+        `strict` one (an action approved with a passkey, whose assertion was used once) is not
+        sent again on completion: it is held for a fresh assertion for the same call."""
+        ceremony = cls.open(mcplet=mcplet, arguments=arguments, **held)
+        ceremony.kind, ceremony.elicitations = cls.Kind.STEP_UP, elicitations
+        ceremony.prompt_message, ceremony.enforcement = message, enforcement
+        ceremony.save(update_fields=["kind", "elicitations", "prompt_message", "enforcement"])
+        return ceremony
+
+    def complete_step(self, by=None, elicitation_id=""):
+        """The step is done: a person said so (`by`), or the server's
+        notifications/elicitation/complete came (`elicitation_id`). The call is sent again, once.
+        False if it is no longer waiting."""
+        if self.kind != self.Kind.STEP_UP:
+            return False
+        with transaction.atomic():  # the retry is queued once both are committed
+            if not self.approve(by):
+                return False
+            self._audit_step(by, elicitation_id)
+        return True
+
+    def _audit_step(self, by, elicitation_id):
+        audit.record(
+            "mcplet.stepup.completed",
+            actor_type=audit.ActorType.USER if by else audit.ActorType.SYSTEM,
+            actor_id=by.get_username() if by else f"server:{self.server_name}",
+            target_server=self.server_name,
+            target_tool=self.tool_name,
+            result=audit.SUCCESS,
+            trace_id=self.trace_id,
+            details={
+                "ceremony": self.token[:8],
+                "via": "notification" if elicitation_id else "person",
+                **({"elicitationId": elicitation_id} if elicitation_id else {}),
+                **self.authority.audit_details(),
+            },
+        )
+
+    @classmethod
+    def elicitation_completed(cls, server_id, elicitation_id):
+        """The server `server_id` says the step `elicitation_id` is done: complete the step-ups
+        that wait for it (any process's session may have heard it)."""
+        waiting = cls.objects.pending().filter(kind=cls.Kind.STEP_UP, mcplet__server_id=server_id)
+        done = 0
+        for ceremony in waiting:
+            ids = {e.get("elicitationId") for e in ceremony.elicitations if isinstance(e, dict)}
+            if elicitation_id in ids and ceremony.complete_step(elicitation_id=elicitation_id):
+                done += 1
+        return done
 
     @classmethod
     def open_for_result(
@@ -543,7 +610,7 @@ class Ceremony(models.Model):
     def _after_decision(self):
         """A tool call goes to the gateway to run (or be refused) once; a result is settled here
         and its continuation told."""
-        if self.kind == self.Kind.TOOL_CALL:
+        if self.kind != self.Kind.RESULT:
             transaction.on_commit(lambda: enqueue(RESUME_TASK, [self.pk]))
             return
         if self.status == self.Status.APPROVED:
@@ -555,8 +622,16 @@ class Ceremony(models.Model):
         self.notify_continuation()
 
     def decline_error(self):
-        code, message = self.DECLINED[self.status]
+        code, message = self.declined
         return {"error": {"code": code, "message": message}}
+
+    @property
+    def declined(self):
+        """(code, message) of a rejected or expired ceremony."""
+        code, message = self.DECLINED[self.status]
+        if self.kind == self.Kind.STEP_UP:
+            message = self.STEP_DECLINED[self.status]
+        return code, message
 
     def notify_continuation(self):
         if self.continuation:

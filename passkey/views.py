@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import mark_safe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -25,6 +26,7 @@ from passkey.models import (
     PasskeyCredential,
     audit_refusal,
 )
+from pools.models import _read_url as read_url
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -183,6 +185,8 @@ def ceremony(request, token):
     ceremony = _ceremony(request, token)
     if ceremony is None:
         raise Http404("There is no such approval.")
+    if ceremony.kind == Ceremony.Kind.STEP_UP:
+        return _step_up(request, ceremony)
     can_approve = _approval_origin(request) is not None
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
     if pending and not can_approve and (live := loopback.live_url(token)):
@@ -265,6 +269,51 @@ def reject(request, token):
     if not ceremony.decline(Ceremony.Status.REJECTED, request.user):
         return _error(Refused(assertions.NOT_PENDING, "This call was already decided.", 410))
     return JsonResponse({"status": "rejected"})
+
+
+def _step_up(request, ceremony):
+    """A step-up's page: each step with its domain in large type, a URL opened only after the
+    person confirms (never a redirect, never embedded), a QR code drawn from the opaque payload
+    on the server (an inline SVG: the CSP stays as strict)."""
+    import segno  # only step-up pages draw QR codes
+
+    server = ceremony.mcplet.server if ceremony.mcplet else None
+    server_domain = (read_url(server.url) or ("", ""))[0] if server and server.url else ""
+    confirmed = request.GET.get("open", "")
+    steps = []
+    for index, step in enumerate(ceremony.elicitations):
+        shown = {"index": str(index), **step}
+        if step.get("mode") == "qr":
+            qr = segno.make(step["qrPayload"], error="m")
+            shown["svg"] = mark_safe(qr.svg_inline(scale=4, border=2))  # noqa: S308 (ours)
+        else:
+            shown["elsewhere"] = step.get("domain") != server_domain
+            shown["confirmed"] = confirmed == str(index)
+        steps.append(shown)
+    context = {
+        "ceremony": ceremony,
+        "state": _state(ceremony),
+        "steps": steps,
+        "server_domain": server_domain,
+        "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+    }
+    return render(request, "passkey/step_up.html", context)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def step(request, token):
+    """The person's word on a step-up: "I have finished" (the call is sent again, once) or
+    "Cancel" (it ends, nothing more runs)."""
+    ceremony = _ceremony(request, token)
+    if ceremony is None or ceremony.kind != Ceremony.Kind.STEP_UP:
+        raise Http404("There is no such step.")
+    if request.POST.get("action") == "finished":
+        ceremony.complete_step(request.user)
+    elif request.POST.get("action") == "cancel":
+        ceremony.decline(Ceremony.Status.REJECTED, request.user)
+    return redirect(ceremony)
 
 
 def _loopback_only(request, ceremony, stage):

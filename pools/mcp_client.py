@@ -164,6 +164,15 @@ def _ssl_context():
     return ssl.create_default_context()
 
 
+async def _decline_elicitation(context, params):
+    """An `elicitation/create` sent while a tool call runs. URL step-ups reach the host as the
+    call's -32042 error, where they are shown to a person; a request made in the middle of a
+    call has no person to answer it yet, so it is declined (never answered by an LLM)."""
+    from mcp_types import ElicitResult
+
+    return ElicitResult(action="decline")
+
+
 @asynccontextmanager
 async def open_session(config, *, timeout=30.0, message_handler=None):
     """An initialized `ClientSession` to the server; ServerUnreachable if it cannot be opened."""
@@ -200,7 +209,13 @@ async def open_session(config, *, timeout=30.0, message_handler=None):
                 )
             session = await stack.enter_async_context(
                 ClientSession(
-                    read, write, read_timeout_seconds=timeout, message_handler=message_handler
+                    read,
+                    write,
+                    read_timeout_seconds=timeout,
+                    message_handler=message_handler,
+                    # Declares elicitation `form` and `url` in initialize (the SDK derives both
+                    # from the callback): servers may then send URL step-ups (-32042).
+                    elicitation_callback=_decline_elicitation,
                 )
             )
             with anyio.fail_after(timeout):

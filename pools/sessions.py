@@ -10,7 +10,20 @@ import os
 import threading
 from contextlib import suppress
 
+from django.db import connections
+
+from mcplet_host.celery import enqueue
 from pools.mcp_client import OutcomeUnknown, describe, open_session
+
+ELICITATION_COMPLETE = "notifications/elicitation/complete"
+ELICITATION_COMPLETE_TASK = "mcplet_host.elicitation_complete"
+
+
+def _tell(args):
+    try:
+        enqueue(ELICITATION_COMPLETE_TASK, args)
+    finally:
+        connections.close_all()  # this thread's own (an eager task may have opened one)
 
 
 class _Held:
@@ -24,12 +37,24 @@ class _Held:
 
     async def _hold(self, timeout):
         try:
-            async with open_session(self.config, timeout=timeout) as session:
+            async with open_session(
+                self.config, timeout=timeout, message_handler=self._heard
+            ) as session:
                 self.ready.set_result(session)
                 await self.closing.wait()
         except Exception as exc:
             if not self.ready.done():
                 self.ready.set_exception(exc)
+
+    async def _heard(self, message):
+        """The server's notifications/elicitation/complete: a task completes the step-up that
+        waits for it, whichever process's session heard it (this loop never touches the
+        database, and the broker is reached off the loop)."""
+        if getattr(message, "method", None) != ELICITATION_COMPLETE:
+            return
+        elicitation_id = message.params.elicitation_id
+        if isinstance(elicitation_id, str) and 0 < len(elicitation_id) <= 200:
+            await asyncio.to_thread(_tell, [self.config.id, elicitation_id])
 
     async def close(self):
         self.closing.set()

@@ -4,12 +4,16 @@
         [--host 127.0.0.1] [--port 8766] [--page-size N] [--calls-log calls.jsonl]
 
 The spec is `{"tools": [...], "resources": {"uri": "text", ...}}`. Each tool entry is published
-as given, minus the server-side keys `resultSchema`, `rawResource`, `result` and `sleep`;
+as given, minus the server-side keys `resultSchema`, `rawResource`, `result`, `answers` and
+`sleep`;
 `inputSchema` defaults to an empty object schema. Nothing is validated: the server exists to
 feed a host bad tools too. `resultSchema` is served as a §9.4 payload at
 `_meta.mcpletToolResultSchemaUri` (`rawResource`, when given, is served there verbatim instead)
 and `result` is what tools/call returns as `structuredContent`, after `sleep` seconds (a call
 is logged as soon as it arrives, so a test sees a call that ran while its caller gave up).
+`answers`, when given, answers the n-th call of the tool (per server process) with its n-th item
+(the last one once they run out): `{"result": ...}` as `structuredContent`, or `{"error": {code,
+message, data}}` as a JSON-RPC error.
 
 tools/list pages by `--page-size` (0: one page). The spec file is polled every 0.1 s; a change
 reloads it and sends `notifications/tools/list_changed` to every connected session (and a
@@ -46,7 +50,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcplets.envelope import utc_timestamp
 from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 
-SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result", "sleep"})
+SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result", "answers", "sleep"})
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
 POLL_INTERVAL = 0.1
@@ -142,6 +146,7 @@ class ProgrammableServer:
     calls_log: Path | None = None
     spec: Spec = field(init=False)
     reloads: int = field(init=False, default=0)
+    answered: dict[str, int] = field(init=False, default_factory=dict)  # calls by tool name
 
     def __post_init__(self) -> None:
         self.spec = Spec.load(self.spec_path)
@@ -206,6 +211,12 @@ class ProgrammableServer:
                 content=[types.TextContent(text=f"Unknown tool: {params.name}")], is_error=True
             )
         result = entry.get("result", {"ok": True, "tool": params.name, "arguments": arguments})
+        if entry.get("answers"):
+            count = self.answered[params.name] = self.answered.get(params.name, 0) + 1
+            answer = entry["answers"][min(count, len(entry["answers"])) - 1]
+            if "error" in answer:
+                raise MCPError(**answer["error"])
+            result = answer["result"]
         if entry.get("sleep"):
             await anyio.sleep(float(entry["sleep"]))
         return types.CallToolResult(
