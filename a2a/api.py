@@ -213,7 +213,7 @@ class PartnerView(APIView):
             "a2a.partner.request",
             actor_type=audit.ActorType.PARTNER,
             actor_id=partner.agent.agent_id if known else "",
-            result=audit.SUCCESS if response.status_code < 400 else audit.BLOCKED,
+            result=audit.SUCCESS if response.status_code < 400 and not error else audit.BLOCKED,
             trace_id=getattr(response, "trace_id", ""),
             details={
                 "method": request.method,

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from a2a import api
+from a2a import api, bindings
 
 urlpatterns = [
     path("a2a/tasks", api.TaskList.as_view(), name="a2a-tasks"),
@@ -9,5 +9,15 @@ urlpatterns = [
     path("a2a/agents", api.AgentList.as_view(), name="a2a-agents"),
     path("a2a/agents/me", api.OwnCard.as_view(), name="a2a-own-card"),
     path("a2a/agents/<slug:agent_id>", api.AgentDetail.as_view(), name="a2a-agent"),
+    # The standard A2A 1.0 bindings (a2a.bindings): the host at /a2a/v1, each agent under it.
+    path(".well-known/agent-card.json", bindings.public_card, name="a2a-public-card"),
+    path("a2a/v1/.well-known/agent-card.json", bindings.public_card),  # (the same, at /a2a/v1)
+    path("a2a/v1", bindings.JsonRpc.as_view(), name="a2a-jsonrpc"),
+    path("a2a/v1/<slug:agent_id>", bindings.JsonRpc.as_view(), name="a2a-agent-jsonrpc"),
+    path(
+        "a2a/v1/<slug:agent_id>/.well-known/agent-card.json",
+        bindings.AgentCard.as_view(),
+        name="a2a-agent-card",
+    ),
     re_path(r"^a2a/", api.UnknownEndpoint.as_view()),
 ]
