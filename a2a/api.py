@@ -208,7 +208,8 @@ class PartnerView(APIView):
         response = super().finalize_response(request, response, *args, **kwargs)
         partner = getattr(request, "_user", None)
         known = isinstance(partner, Partner)
-        error = response.data.get("error") if isinstance(response.data, dict) else None
+        data = getattr(response, "data", None)  # (none in a stream)
+        error = data.get("error") if isinstance(data, dict) else None
         audit.record(
             "a2a.partner.request",
             actor_type=audit.ActorType.PARTNER,

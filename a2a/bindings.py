@@ -8,17 +8,21 @@ naming it as the request's tenant. Authentication, the rate limit and a body too
 refused in HTTP (401, 429, 413) before any JSON-RPC is read, and a call outside the grants is
 HTTP 403; everything else is the binding's own error."""
 
+import json
 import uuid
 
-from django.http import JsonResponse
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 from rest_framework import exceptions
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 
-from a2a import service, wire
+from a2a import events, service, wire
 from a2a.api import PartnerView
 
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 100
+HEARTBEAT = 15  # seconds of silence before a stream says it is alive (and re-reads its task)
 
 # JSON-RPC error codes of A2A 1.0 (and JSON-RPC 2.0's own).
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -36,9 +40,25 @@ def public_card(request):
     return JsonResponse(wire.host_card(base_url(request)))
 
 
+class Unsupported(Exception):
+    """An operation the task's state does not allow."""
+
+
+class EventStreamRenderer(BaseRenderer):
+    """A reply to a client asking for a stream that is not one (an error): one event."""
+
+    media_type = "text/event-stream"
+    format = "sse"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return Stream.sse(data)
+
+
 class BindingView(PartnerView):
     """What the JSON-RPC and HTTP+JSON views share: the agent a request is for, and the
     operations themselves (each returns a ProtoJSON value, or raises)."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     def agent(self, agent_id):
         agent = service.callable_agents(self.partner).filter(agent_id=agent_id).first()
@@ -60,7 +80,7 @@ class BindingView(PartnerView):
             raise exceptions.NotFound("No such task.")
         return row
 
-    def send_message(self, params, agent_id):
+    def send_message(self, params, agent_id, *, stream=False):
         wire.check("SendMessageRequest", params)
         if agent_id:
             self.agent(agent_id)
@@ -78,9 +98,21 @@ class BindingView(PartnerView):
             )
         row, created = service.submit(self.partner, body)
         self.trace_id = str(row.context_id)
+        if stream:
+            return Stream(row)
         if created and not (params.get("configuration") or {}).get("returnImmediately"):
             service.wait(row)
         return {"task": wire.task(row)}
+
+    def send_streaming_message(self, params, agent_id):
+        return self.send_message(params, agent_id, stream=True)
+
+    def subscribe(self, params, agent_id):
+        wire.check("SubscribeToTaskRequest", params)
+        row = self.task_row(agent_id, params.get("id", ""))
+        if wire.task(row, artifacts=False)["status"]["state"] in wire.FINAL_STATES:
+            raise Unsupported("The task has ended: GetTask tells how.")
+        return Stream(row)
 
     def get_task(self, params, agent_id):
         wire.check("GetTaskRequest", params)
@@ -129,6 +161,74 @@ class BindingView(PartnerView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
+class Stream:
+    """A task to stream (Server-Sent Events): the Task, then each change of its status and its
+    artifact, until it ends. Served on the event loop under ASGI, listening to a2a.events."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def response(self, wrap):
+        response = StreamingHttpResponse(self.events(wrap), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+    async def events(self, wrap):
+        row = self.row
+        read = sync_to_async(wire.task)
+        async with events.Listener(str(row.context_id)) as listener:
+            task = await read(row)
+            yield self.sse(wrap({"task": task}))
+            last = task["status"]
+            while last["state"] not in wire.FINAL_STATES:
+                announced = await listener.changed(HEARTBEAT)
+                task = await read(row)
+                status = task["status"]
+                if (status["state"], status.get("message")) == (last["state"], last.get("message")):
+                    if not announced:
+                        yield b": alive\n\n"
+                    continue
+                if self.worked_between(last["state"], status["state"]):
+                    yield self.sse(
+                        wrap(self.update(task, {**status, "state": "TASK_STATE_WORKING"}))
+                    )
+                for artifact in task.get("artifacts", []):
+                    yield self.sse(
+                        wrap(
+                            {
+                                "artifactUpdate": {
+                                    "taskId": task["id"],
+                                    "contextId": task["contextId"],
+                                    "artifact": artifact,
+                                    "lastChunk": True,
+                                }
+                            }
+                        )
+                    )
+                yield self.sse(wrap(self.update(task, status)))
+                last = status
+
+    @staticmethod
+    def worked_between(before, after):
+        """A change seen in one step that the run passed through working to make: it started
+        and was held at once, or was approved and finished at once."""
+        ended = after in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED")
+        return (
+            before == "TASK_STATE_SUBMITTED" and (ended or after.endswith("AUTH_REQUIRED"))
+        ) or (before == "TASK_STATE_AUTH_REQUIRED" and ended)
+
+    @staticmethod
+    def update(task, status):
+        return {
+            "statusUpdate": {"taskId": task["id"], "contextId": task["contextId"], "status": status}
+        }
+
+    @staticmethod
+    def sse(event):
+        return f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+
+
 class AgentCard(BindingView):
     """/a2a/v1/<agentId>/.well-known/agent-card.json: the card an SDK client resolves from
     the agent's URL (with the partner key)."""
@@ -147,6 +247,8 @@ class JsonRpc(BindingView):
         "ListTasks": BindingView.list_tasks,
         "CancelTask": BindingView.cancel_task,
         "GetExtendedAgentCard": BindingView.extended_card,
+        "SendStreamingMessage": BindingView.send_streaming_message,
+        "SubscribeToTask": BindingView.subscribe,
     }
 
     def post(self, request, agent_id=None):
@@ -179,6 +281,10 @@ class JsonRpc(BindingView):
             return self.error(rpc_id, TASK_NOT_FOUND, str(exc.detail))
         except service.NotCancelable as exc:
             return self.error(rpc_id, TASK_NOT_CANCELABLE, str(exc.detail))
+        except Unsupported as exc:
+            return self.error(rpc_id, UNSUPPORTED_OPERATION, str(exc))
+        if isinstance(result, Stream):
+            return result.response(lambda event: {"jsonrpc": "2.0", "id": rpc_id, "result": event})
         return Response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
 
     def error(self, rpc_id, code, message, path=""):

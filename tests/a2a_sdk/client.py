@@ -84,8 +84,8 @@ async def run(command):
 async def main():
     for line in sys.stdin:
         command = json.loads(line)
-        try:
-            await run(command)
+        try:  # a test never hangs on a stream that does not end
+            await asyncio.wait_for(run(command), command.get("timeout", 60))
         except Exception as exc:  # what the SDK raised is the result the test checks
             emit({"raised": type(exc).__name__, "message": str(exc)})
         emit({"end": True})

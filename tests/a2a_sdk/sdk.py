@@ -2,6 +2,7 @@
 on first use and reused), never imported by the host or the tests (its top-level package is
 `a2a`, like ours). Its scripts here run as subprocesses of the tests."""
 
+import fcntl
 import json
 import subprocess
 import sys
@@ -20,15 +21,18 @@ def python():
     """The SDK's interpreter, installing it the first time (a marker says it is complete).
     Run it with -I: our PYTHONPATH would put our `a2a` before the SDK's."""
     marker = VENV / "installed.json"
-    if not marker.exists() or json.loads(marker.read_text()) != REQUIREMENTS:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        subprocess.run(
-            [str(PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            + REQUIREMENTS,
-            check=True,
-            timeout=600,
-        )
-        marker.write_text(json.dumps(REQUIREMENTS))
+    VENV.parent.mkdir(exist_ok=True)
+    with open(VENV.parent / "a2a-sdk.lock", "w") as lock:  # xdist workers install it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists() or json.loads(marker.read_text()) != REQUIREMENTS:
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+            subprocess.run(
+                [str(PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+                + REQUIREMENTS,
+                check=True,
+                timeout=600,
+            )
+            marker.write_text(json.dumps(REQUIREMENTS))
     return str(PYTHON)
 
 
