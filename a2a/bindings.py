@@ -22,6 +22,7 @@ from a2a import events, service, wire
 from a2a.api import PartnerView
 
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 100
+JSON = "application/json"
 HEARTBEAT = 15  # seconds of silence before a stream says it is alive (and re-reads its task)
 
 # JSON-RPC error codes of A2A 1.0 (and JSON-RPC 2.0's own).
@@ -290,3 +291,70 @@ class JsonRpc(BindingView):
     def error(self, rpc_id, code, message, path=""):
         error = {"code": code, "message": message, **({"data": {"path": path}} if path else {})}
         return Response({"jsonrpc": "2.0", "id": rpc_id, "error": error})
+
+
+# --- HTTP+JSON ----------------------------------------------------------------------------------
+
+
+class Rest(BindingView):
+    """The HTTP+JSON binding: /a2a/v1[/<agentId>]/message:send, message:stream, tasks,
+    tasks/<id>, tasks/<id>:cancel, tasks/<id>:subscribe and extendedAgentCard. Errors are
+    google.rpc.Status bodies whose ErrorInfo reason names the A2A error."""
+
+    QUERY_INTEGERS = ("pageSize", "historyLength")
+
+    def post(self, request, agent_id=None, resource=None, verb=None, task_id=None):
+        if resource == "message":
+            try:
+                params = request.data
+            except exceptions.ParseError as exc:
+                return self.error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", str(exc.detail))
+            operation = (
+                BindingView.send_message if verb == "send" else BindingView.send_streaming_message
+            )
+            return self.perform(operation, params, agent_id)
+        operation = BindingView.cancel_task if verb == "cancel" else BindingView.subscribe
+        return self.perform(operation, {"id": task_id}, agent_id)
+
+    def get(self, request, agent_id=None, resource=None, verb=None, task_id=None):
+        if resource == "card":
+            return self.perform(BindingView.extended_card, {}, agent_id)
+        query = {}
+        for name, value in request.query_params.items():
+            if name in self.QUERY_INTEGERS and value.lstrip("-").isdigit():
+                value = int(value)
+            elif name == "includeArtifacts" and value in ("true", "false"):
+                value = value == "true"
+            query[name] = value
+        if task_id is not None:
+            return self.perform(BindingView.get_task, {**query, "id": task_id}, agent_id)
+        return self.perform(BindingView.list_tasks, query, agent_id)
+
+    def perform(self, operation, params, agent_id):
+        if not isinstance(params, dict):
+            return self.error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", "Send a JSON object.")
+        try:
+            result = operation(self, params, agent_id)
+        except (wire.Unusable, service.Invalid) as exc:
+            return self.error(400, "INVALID_ARGUMENT", "INVALID_PARAMS", str(exc), exc.path)
+        except exceptions.NotFound as exc:
+            return self.error(404, "NOT_FOUND", "TASK_NOT_FOUND", str(exc.detail))
+        except service.NotCancelable as exc:
+            return self.error(400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE", str(exc.detail))
+        except Unsupported as exc:
+            return self.error(400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION", str(exc))
+        if isinstance(result, Stream):
+            return result.response(lambda event: event)
+        return Response(result)
+
+    def error(self, http_status, status, reason, message, path=""):
+        info = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": reason,
+            "domain": "a2a-protocol.org",
+            **({"metadata": {"path": path}} if path else {}),
+        }
+        body = {"code": http_status, "status": status, "message": message, "details": [info]}
+        # JSON even to a client that asked for a stream: it reads an error's status and body.
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), JSON
+        return Response({"error": body}, status=http_status)

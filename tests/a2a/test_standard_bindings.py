@@ -21,7 +21,7 @@ from tests.a2a_sdk import sdk
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 
-BINDINGS = ["JSONRPC"]
+BINDINGS = ["JSONRPC", "HTTP+JSON"]
 
 
 @pytest.fixture(scope="module")
