@@ -14,6 +14,7 @@ import uuid
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
@@ -135,9 +136,11 @@ class BindingView(PartnerView):
                 rows = rows.none()
         if params.get("status", "TASK_STATE_UNSPECIFIED") != "TASK_STATE_UNSPECIFIED":
             rows = wire.in_state(rows, params["status"])
-        size = min(params.get("pageSize") or PAGE_SIZE, MAX_PAGE_SIZE)
+        size = params.get("pageSize") or PAGE_SIZE
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise wire.Unusable(f"pageSize is from 1 to {MAX_PAGE_SIZE}.", "params.pageSize")
         token = params.get("pageToken") or "0"
-        if not token.isdigit():
+        if not (token.isascii() and token.isdigit() and len(token) <= 9):
             raise wire.Unusable("Not a page token this host gave.", "params.pageToken")
         start, total = int(token), rows.count()
         page = list(rows[start : start + size])
@@ -230,6 +233,7 @@ class Stream:
         return f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
 
 
+@extend_schema(exclude=True)  # the OpenAPI page describes the §18 API
 class AgentCard(BindingView):
     """/a2a/v1/<agentId>/.well-known/agent-card.json: the card an SDK client resolves from
     the agent's URL (with the partner key)."""
@@ -241,6 +245,7 @@ class AgentCard(BindingView):
 # --- JSON-RPC 2.0 -------------------------------------------------------------------------------
 
 
+@extend_schema(exclude=True)  # the OpenAPI page describes the §18 API
 class JsonRpc(BindingView):
     METHODS = {
         "SendMessage": BindingView.send_message,
@@ -296,6 +301,7 @@ class JsonRpc(BindingView):
 # --- HTTP+JSON ----------------------------------------------------------------------------------
 
 
+@extend_schema(exclude=True)  # the OpenAPI page describes the §18 API
 class Rest(BindingView):
     """The HTTP+JSON binding: /a2a/v1[/<agentId>]/message:send, message:stream, tasks,
     tasks/<id>, tasks/<id>:cancel, tasks/<id>:subscribe and extendedAgentCard. Errors are
