@@ -1,10 +1,6 @@
 """The external A2A endpoint for partner agents (spec §3.6, §16.1, §16.4, §18): DRF views that
 accept §18 payloads from partners holding a key, never reaching beyond their grants."""
 
-import time
-import uuid
-
-from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -16,14 +12,11 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView, exception_handler
 
-from a2a import bus
+from a2a import service
 from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import A2AValidationError, validate
-from agents import runner
 from agents.models import Agent, AgentRun
-from mcplet_host import audit, gateway, storable
-from mcplet_host.authority import Authority
-from pools.models import Pool
+from mcplet_host import audit, storable
 
 MAX_BODY = 1024 * 1024
 
@@ -123,10 +116,6 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "X_PAYLOAD_TOO_LARGE"
 
 
-class Forbidden(exceptions.PermissionDenied):
-    default_code = "X_FORBIDDEN"
-
-
 CODES = {
     400: "VALIDATION_ERROR",
     401: "AUTH_REQUIRED",
@@ -192,7 +181,9 @@ def handle_exception(exc, context):
     extra = {}
     if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
         extra = {"retryable": True, "retry_after_ms": int(exc.wait * 1000)}
-    if isinstance(exc, UnusableJSON):
+    if isinstance(exc, service.Invalid):
+        detail, extra = exc.detail, {"path": exc.path}
+    elif isinstance(exc, UnusableJSON):
         detail = f"The body cannot be accepted: {detail}"
     elif isinstance(exc, exceptions.ParseError):
         detail = f"The body is not valid JSON: {detail}"
@@ -217,12 +208,13 @@ class PartnerView(APIView):
         response = super().finalize_response(request, response, *args, **kwargs)
         partner = getattr(request, "_user", None)
         known = isinstance(partner, Partner)
-        error = response.data.get("error") if isinstance(response.data, dict) else None
+        data = getattr(response, "data", None)  # (none in a stream)
+        error = data.get("error") if isinstance(data, dict) else None
         audit.record(
             "a2a.partner.request",
             actor_type=audit.ActorType.PARTNER,
             actor_id=partner.agent.agent_id if known else "",
-            result=audit.SUCCESS if response.status_code < 400 else audit.BLOCKED,
+            result=audit.SUCCESS if response.status_code < 400 and not error else audit.BLOCKED,
             trace_id=getattr(response, "trace_id", ""),
             details={
                 "method": request.method,
@@ -236,12 +228,6 @@ class PartnerView(APIView):
     @property
     def partner(self):
         return self.request.user.agent
-
-
-def _callable(partner):
-    return partner.callable_agents.filter(
-        enabled=True, kind__in=[Agent.Kind.INTERNAL, Agent.Kind.DIRECTOR]
-    )
 
 
 def _task_state(request_message):
@@ -277,113 +263,35 @@ class TaskList(PartnerView):
         summary="Send an A2ATaskRequest (§18.4); get the A2ATaskResponse (§18.5) or 202",
     )
     def post(self, request):
-        body = request.data
-        try:
-            validate("task-request", body)
-        except A2AValidationError as exc:
-            return Response(error_body("VALIDATION_ERROR", str(exc), path=exc.path), status=400)
-        partner = self.partner
-        if body["senderId"] != partner.agent_id:
-            raise Forbidden(f"senderId must be your agentId ({partner.agent_id!r}).")
-        existing = A2AMessage.objects.filter(message_id=body["messageId"]).first()
-        if existing is not None:  # a resubmission: the same task, never run twice
-            if existing.sender_id != partner.agent_id or not existing.external:
-                raise exceptions.NotFound("No such task.")
-            return _task_state(existing)
-        recipient = _callable(partner).filter(agent_id=body["recipientId"]).first()
-        if recipient is None:
-            raise Forbidden(f"You may not send tasks to {body['recipientId']!r}.")
-        self._check_requested_access(partner, recipient, body)
-        mismatch = recipient.parameters_problem(body["payload"]["parameters"])
-        if mismatch:
-            path, message = mismatch
-            return Response(
-                error_body("VALIDATION_ERROR", f"{path}: {message}", path=path), status=400
-            )
-        if "contextId" not in body:
-            body = {**body, "contextId": str(uuid.uuid4())}
-        # Who the task acts for comes from the key, never from the body.
-        request_message = bus.post(body, Authority.of_partner(partner.agent_id), external=True)
-        return self._wait(request_message)
-
-    def _check_requested_access(self, partner, recipient, body):
-        """Pools or tools a task asks for must lie inside partner ∩ recipient grants (§16.4)."""
-        parameters = (body.get("payload") or {}).get("parameters") or {}
-        pools = parameters.get("pools") or []
-        tools = parameters.get("tools") or []
-        if not isinstance(pools, list) or not isinstance(tools, list):
-            raise Forbidden("parameters.pools and parameters.tools must be lists of names.")
-        if pools:  # (no query when the task asks for none: most tasks)
-            # Two filters, two joins: each pool must be held by the partner and the recipient.
-            granted = set(
-                Pool.objects.filter(agents=partner)
-                .filter(agents=recipient)
-                .values_list("name", flat=True)
-            )
-            outside = sorted(set(map(str, pools)) - granted)
-            if outside:
-                raise Forbidden(f"These pools are outside your grants: {', '.join(outside)}.")
-        if tools:
-            authority = Authority.of_partner(partner.agent_id)
-            reachable = {tool.name for tool in gateway.tools_for(recipient, authority)}
-            outside = sorted(set(map(str, tools)) - reachable)
-            if outside:
-                raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")
-
-    def _wait(self, request_message):
-        deadline = time.monotonic() + settings.MCPLET_A2A_WAIT
-        while True:
-            answered = A2AMessage.objects.filter(reply_to=request_message.message_id).exists()
-            run = AgentRun.objects.filter(request=request_message).first()
-            waiting = run is not None and run.status == AgentRun.Status.AWAITING_APPROVAL
-            if answered or waiting or time.monotonic() >= deadline:
-                return _task_state(request_message)
-            time.sleep(0.1)
+        request_message, created = service.submit(self.partner, request.data)
+        if created:
+            service.wait(request_message)
+        return _task_state(request_message)
 
 
 class TaskDetail(PartnerView):
-    def _own(self, message_id):
-        message = A2AMessage.objects.filter(
-            message_id=message_id,
-            external=True,
-            type=A2AMessage.Type.TASK_REQUEST,
-            sender_id=self.partner.agent_id,
-        ).first()
-        if message is None:  # someone else's task is as unknown as a missing one
-            raise exceptions.NotFound("No such task.")
-        return message
-
     @extend_schema(
         responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT, **errors(404)},
         summary="The task's A2ATaskResponse, or 202 with its state",
     )
     def get(self, request, message_id):
-        return _task_state(self._own(message_id))
+        return _task_state(service.own_task(self.partner, message_id))
 
 
-class TaskCancel(TaskDetail):
-    http_method_names = ["post", "options"]  # not TaskDetail's GET
-
+class TaskCancel(PartnerView):
     @extend_schema(
         request=None,
         responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT, **errors(404)},
         summary="Cancel the task; its response's status becomes cancelled",
     )
     def post(self, request, message_id):
-        message = self._own(message_id)
-        run = AgentRun.objects.filter(request=message).first()
-        if run is not None and not runner.cancel(
-            run, f"Cancelled by the partner {self.partner.agent_id}."
-        ):
+        message = service.own_task(self.partner, message_id)
+        try:
+            service.cancel(self.partner, message)
+        except service.NotCancelable:
             response = _task_state(message)
             response.status_code = status.HTTP_409_CONFLICT
             return response
-        if run is None:
-            bus.respond(
-                message,
-                "cancelled",
-                error={"message": "Cancelled before it started.", "code": "X_CANCELLED"},
-            )
         return _task_state(message)
 
 
@@ -394,7 +302,9 @@ class AgentList(PartnerView):
         summary="Cards of the agents you may call",
     )
     def get(self, request):
-        return Response({"agents": [agent.card() for agent in _callable(self.partner)]})
+        return Response(
+            {"agents": [agent.card() for agent in service.callable_agents(self.partner)]}
+        )
 
 
 class AgentDetail(PartnerView):
@@ -406,7 +316,7 @@ class AgentDetail(PartnerView):
         summary="One agent's card (§18.2)",
     )
     def get(self, request, agent_id):
-        agent = _callable(self.partner).filter(agent_id=agent_id).first()
+        agent = service.callable_agents(self.partner).filter(agent_id=agent_id).first()
         if agent is None:
             raise exceptions.NotFound("No agent you may call has this agentId.")
         return Response(agent.card())
@@ -426,7 +336,7 @@ class OwnCard(PartnerView):
             return Response(error_body("VALIDATION_ERROR", str(exc), path=exc.path), status=400)
         partner = self.partner
         if card["agentId"] != partner.agent_id:
-            raise Forbidden(f"agentId must be your agentId ({partner.agent_id!r}).")
+            raise service.Forbidden(f"agentId must be your agentId ({partner.agent_id!r}).")
         partner.advertised_card = card
         partner.save(update_fields=["advertised_card", "updated_at"])
         granted = sorted(partner.accessible_pools.values_list("name", flat=True))

@@ -13,6 +13,11 @@ dependency), and would otherwise let any string through.
     validate("task-request", message)   # raises A2AValidationError(message, path)
     schema("agent-card")                # a copy of the schema dict
     SCHEMA_URIS["task-response"]        # "mcplet://schema/a2a/task-response"
+
+The standard bindings' wire format (A2A protocol 1.0, ProtoJSON) is ``a2a-v1.json`` beside them,
+generated from the published a2a.proto (tests/a2a_sdk/dump_schema.py; a test keeps it equal):
+
+    validate_wire("SendMessageRequest", params)   # any of its $defs
 """
 
 import copy
@@ -93,14 +98,26 @@ def _load():
         )
         .crawl()
     )
-    return schemas, registry
+    wire = json.loads((folder / "a2a-v1.json").read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(wire)
+    registry = registry.with_resource(WIRE_URI, Resource.from_contents(wire))
+    return schemas, registry, wire
 
 
-_SCHEMAS, REGISTRY = _load()
+WIRE_URI = "mcplet://schema/a2a/a2a-v1"
+_SCHEMAS, REGISTRY, _WIRE = _load()
 FORMAT_CHECKER = _format_checker()
 _VALIDATORS = {
     kind: Draft202012Validator(contents, registry=REGISTRY, format_checker=FORMAT_CHECKER)
     for kind, contents in _SCHEMAS.items()
+}
+
+
+_WIRE_VALIDATORS = {
+    name: Draft202012Validator(
+        {"$ref": f"{WIRE_URI}#/$defs/{name}"}, registry=REGISTRY, format_checker=FORMAT_CHECKER
+    )
+    for name in _WIRE["$defs"]
 }
 
 
@@ -145,7 +162,16 @@ def _error_path(error):
 
 def validate(kind, payload):
     """Check ``payload`` against the §18.6 schema ``kind``; raise :class:`A2AValidationError`."""
-    validator = _VALIDATORS[_kind(kind)]
+    _raise_first(_VALIDATORS[_kind(kind)], payload)
+
+
+def validate_wire(name, payload):
+    """Check ``payload`` against the A2A 1.0 definition ``name`` (``"Task"``, ``"AgentCard"``,
+    ``"SendMessageRequest"``...); raise :class:`A2AValidationError`."""
+    _raise_first(_WIRE_VALIDATORS[name], payload)
+
+
+def _raise_first(validator, payload):
     errors = list(validator.iter_errors(payload))
     if not errors:
         return

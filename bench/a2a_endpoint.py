@@ -23,11 +23,15 @@ trivial endpoint. The kinds:
 - accepted: a valid task (a fresh messageId each time) to `bench-echo`, which the partner may
   call. The server runs with MCPLET_A2A_WAIT=0 and no worker, so "accepted" is persisted,
   signed, queued to Redis and answered 202 at once: the endpoint's own cost, not a run's.
+- accepted JSON-RPC: the same task as an A2A 1.0 JSON-RPC `SendMessage` to `/a2a/v1/bench-echo`
+  (the standard binding: the A2A schema checked, the message mapped to §18, the same code path),
+  answered with the Task (state submitted).
 - trivial (again): the first kind once more, to show drift from the growing tables.
 
 With `--worker`, a second server (MCPLET_A2A_WAIT=5) and a Celery worker whose `bench-echo`
 handler (`bench.common.Echo`, no LLM) finishes each run at once add a row "answered":
-accepted tasks that the worker runs and the server answers 200 with the response.
+accepted tasks that the worker runs and the server answers 200 with the response, and
+"answered JSON-RPC", the same through SendMessage (the completed Task with its artifact).
 
 Then, in this process (Django's test client, no HTTP), one request of each kind runs under
 CaptureQueriesContext and its SQL is listed; `--profile` adds a cProfile of `--requests`
@@ -303,6 +307,17 @@ def task_body(recipient):
     ).encode()
 
 
+def jsonrpc_body():
+    """An A2A 1.0 JSON-RPC SendMessage whose DataPart is the task's parameters (fresh ids)."""
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"data": {"store": "shinjuku"}}],
+    }
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    return json.dumps(rpc).encode()
+
+
 def kinds(raw_key):
     """kind → (expected status, method, path, headers, body factory or None)."""
     auth = {"Authorization": f"Bearer {raw_key}"}
@@ -314,6 +329,9 @@ def kinds(raw_key):
         "forbidden": (403, "POST", "/a2a/tasks", post, lambda: task_body(PRIVATE)),
         "accepted": (202, "POST", "/a2a/tasks", post, lambda: task_body(ECHO)),
         "answered": (200, "POST", "/a2a/tasks", post, lambda: task_body(ECHO)),
+        # The same task through the standard A2A JSON-RPC binding (always HTTP 200).
+        "accepted JSON-RPC": (200, "POST", f"/a2a/v1/{ECHO}", post, jsonrpc_body),
+        "answered JSON-RPC": (200, "POST", f"/a2a/v1/{ECHO}", post, jsonrpc_body),
     }
 
 
@@ -548,7 +566,7 @@ def run(args, raw_key, queue, workdir):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with server(env, workdir / "server.log") as (url, process):
         print(f"server up at {url} (MCPLET_A2A_WAIT=0, no worker)", flush=True)
-        for name in ("trivial", "refused", "forbidden", "accepted", "trivial"):
+        for name in ("trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC", "trivial"):
             label = name if name not in results else f"{name} (again)"
             results[label] = load(url, name, specs[name], args, process.pid)
     if args.worker:
@@ -558,13 +576,14 @@ def run(args, raw_key, queue, workdir):
             server(env, workdir / "server2.log") as (url, process),
         ):
             print(f"server up at {url} (MCPLET_A2A_WAIT=5, a worker)", flush=True)
-            results["answered"] = load(url, "answered", specs["answered"], args, process.pid)
+            for name in ("answered", "answered JSON-RPC"):
+                results[name] = load(url, name, specs[name], args, process.pid)
     queued = queued_requests()
     print_results(results, args.clients)
     if any(code >= 500 for r in results.values() for code in r["other"]):
         print_server_errors(workdir)
     print(f"\n  (task requests left queued, never delivered: {queued})")
-    names = ["trivial", "refused", "forbidden", "accepted"]
+    names = ["trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC"]
     logging.disable(logging.WARNING)  # django.request's lines for the expected 4xx
     print_queries(queries_per_kind(raw_key, names))
     if args.profile:

@@ -62,8 +62,16 @@ TARGETS = {
         400,
     ),
     "partner-api": Target(
-        ["a2a/api.py"],
-        ["authenticate", "post", "_check_requested_access", "_own", "_callable", "get_cache_key"],
+        ["a2a/api.py", "a2a/service.py"],
+        [
+            "authenticate",
+            "submit",
+            "_check_requested_access",
+            "own_task",
+            "callable_agents",
+            "cancel",
+            "get_cache_key",
+        ],
         [
             "tests/a2a/test_partner_breaks.py",
             "tests/a2a/test_endpoint.py",

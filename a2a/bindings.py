@@ -1,0 +1,366 @@
+"""The standard A2A 1.0 bindings for partner agents: the agent cards, JSON-RPC and HTTP+JSON.
+Thin views over a2a.service (the same code path as POST /a2a/tasks: grants, provenance, rate
+limits, audit, idempotency, §18 validation) and a2a.wire (the protocol's shapes, validated).
+
+A partner addresses one internal agent by its URL, /a2a/v1/<agentId> (its card, from
+/a2a/v1/<agentId>/.well-known/agent-card.json, lists exactly that URL), or at /a2a/v1 by
+naming it as the request's tenant. Authentication, the rate limit and a body too large are
+refused in HTTP (401, 429, 413) before any JSON-RPC is read, and a call outside the grants is
+HTTP 403; everything else is the binding's own error."""
+
+import json
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_GET
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.response import Response
+
+from a2a import events, service, wire
+from a2a.api import PartnerView
+
+PAGE_SIZE, MAX_PAGE_SIZE = 50, 100
+JSON = "application/json"
+HEARTBEAT = 15  # seconds of silence before a stream says it is alive (and re-reads its task)
+
+# JSON-RPC error codes of A2A 1.0 (and JSON-RPC 2.0's own).
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+TASK_NOT_FOUND, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION = -32001, -32002, -32004
+
+
+def base_url(request):
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+@require_GET
+def public_card(request):
+    """/.well-known/agent-card.json: the host, its bindings and how to authenticate; no agent
+    is listed (partners get theirs in the extended card)."""
+    return JsonResponse(wire.host_card(base_url(request)))
+
+
+class Unsupported(Exception):
+    """An operation the task's state does not allow."""
+
+
+class EventStreamRenderer(BaseRenderer):
+    """A reply to a client asking for a stream that is not one (an error): one event."""
+
+    media_type = "text/event-stream"
+    format = "sse"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return Stream.sse(data)
+
+
+class BindingView(PartnerView):
+    """What the JSON-RPC and HTTP+JSON views share: the agent a request is for, and the
+    operations themselves (each returns a ProtoJSON value, or raises)."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    def agent(self, agent_id):
+        agent = service.callable_agents(self.partner).filter(agent_id=agent_id).first()
+        if agent is None:  # an agent that does not exist is as closed as one not granted
+            raise service.Forbidden(f"You may not send tasks to {agent_id!r}.")
+        return agent
+
+    def tasks(self, agent_id):
+        tasks = service.own_tasks(self.partner)
+        return tasks.filter(recipient_id=agent_id) if agent_id else tasks
+
+    def task_row(self, agent_id, task_id):
+        try:
+            task_id = uuid.UUID(str(task_id))
+        except ValueError:
+            raise exceptions.NotFound("No such task.") from None
+        row = self.tasks(agent_id).filter(message_id=task_id).first()
+        if row is None:
+            raise exceptions.NotFound("No such task.")
+        return row
+
+    def send_message(self, params, agent_id, *, stream=False):
+        wire.check("SendMessageRequest", params)
+        if agent_id:
+            self.agent(agent_id)
+        body = wire.task_request(self.partner.agent_id, agent_id or "", params["message"])
+        if agent_id and body["recipientId"] != agent_id:
+            raise wire.Unusable(
+                f"The task request's recipientId is not {agent_id!r}, the agent you address.",
+                "params.message.parts",
+            )
+        if not body["recipientId"]:
+            raise wire.Unusable(
+                "Name the agent: its URL /a2a/v1/<agentId>, or the tenant, or a §18 task "
+                "request as the DataPart.",
+                "params.tenant",
+            )
+        row, created = service.submit(self.partner, body)
+        self.trace_id = str(row.context_id)
+        if stream:
+            return Stream(row)
+        if created and not (params.get("configuration") or {}).get("returnImmediately"):
+            service.wait(row)
+        return {"task": wire.task(row)}
+
+    def send_streaming_message(self, params, agent_id):
+        return self.send_message(params, agent_id, stream=True)
+
+    def subscribe(self, params, agent_id):
+        wire.check("SubscribeToTaskRequest", params)
+        row = self.task_row(agent_id, params.get("id", ""))
+        if wire.task(row, artifacts=False)["status"]["state"] in wire.FINAL_STATES:
+            raise Unsupported("The task has ended: GetTask tells how.")
+        return Stream(row)
+
+    def get_task(self, params, agent_id):
+        wire.check("GetTaskRequest", params)
+        return wire.task(self.task_row(agent_id, params.get("id", "")))
+
+    def cancel_task(self, params, agent_id):
+        wire.check("CancelTaskRequest", params)
+        row = self.task_row(agent_id, params.get("id", ""))
+        service.cancel(self.partner, row)
+        return wire.task(row)
+
+    def list_tasks(self, params, agent_id):
+        wire.check("ListTasksRequest", params)
+        rows = self.tasks(agent_id).order_by("-created_at", "-pk")
+        if params.get("contextId"):
+            try:
+                rows = rows.filter(context_id=uuid.UUID(params["contextId"]))
+            except ValueError:
+                rows = rows.none()
+        if params.get("status", "TASK_STATE_UNSPECIFIED") != "TASK_STATE_UNSPECIFIED":
+            rows = wire.in_state(rows, params["status"])
+        size = params.get("pageSize") or PAGE_SIZE
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise wire.Unusable(f"pageSize is from 1 to {MAX_PAGE_SIZE}.", "params.pageSize")
+        token = params.get("pageToken") or "0"
+        if not (token.isascii() and token.isdigit() and len(token) <= 9):
+            raise wire.Unusable("Not a page token this host gave.", "params.pageToken")
+        start, total = int(token), rows.count()
+        page = list(rows[start : start + size])
+        artifacts = bool(params.get("includeArtifacts"))
+        result = {
+            "tasks": [wire.task(row, artifacts=artifacts) for row in page],
+            "nextPageToken": str(start + size) if start + size < total else "",
+            "pageSize": size,
+            "totalSize": total,
+        }
+        wire.validate_wire("ListTasksResponse", result)
+        return result
+
+    def extended_card(self, params, agent_id):
+        if agent_id:
+            return wire.agent_card(base_url(self.request), self.agent(agent_id))
+        agents = service.callable_agents(self.partner)
+        return wire.host_card(base_url(self.request), list(agents))
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response.trace_id = getattr(self, "trace_id", "")
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class Stream:
+    """A task to stream (Server-Sent Events): the Task, then each change of its status and its
+    artifact, until it ends. Served on the event loop under ASGI, listening to a2a.events."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def response(self, wrap):
+        response = StreamingHttpResponse(self.events(wrap), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+    async def events(self, wrap):
+        row = self.row
+        read = sync_to_async(wire.task)
+        async with events.Listener(str(row.context_id)) as listener:
+            task = await read(row)
+            yield self.sse(wrap({"task": task}))
+            last = task["status"]
+            while last["state"] not in wire.FINAL_STATES:
+                announced = await listener.changed(HEARTBEAT)
+                task = await read(row)
+                status = task["status"]
+                if (status["state"], status.get("message")) == (last["state"], last.get("message")):
+                    if not announced:
+                        yield b": alive\n\n"
+                    continue
+                if self.worked_between(last["state"], status["state"]):
+                    yield self.sse(
+                        wrap(self.update(task, {**status, "state": "TASK_STATE_WORKING"}))
+                    )
+                for artifact in task.get("artifacts", []):
+                    yield self.sse(
+                        wrap(
+                            {
+                                "artifactUpdate": {
+                                    "taskId": task["id"],
+                                    "contextId": task["contextId"],
+                                    "artifact": artifact,
+                                    "lastChunk": True,
+                                }
+                            }
+                        )
+                    )
+                yield self.sse(wrap(self.update(task, status)))
+                last = status
+
+    @staticmethod
+    def worked_between(before, after):
+        """A change seen in one step that the run passed through working to make: it started
+        and was held at once, or was approved and finished at once."""
+        ended = after in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED")
+        return (
+            before == "TASK_STATE_SUBMITTED" and (ended or after.endswith("AUTH_REQUIRED"))
+        ) or (before == "TASK_STATE_AUTH_REQUIRED" and ended)
+
+    @staticmethod
+    def update(task, status):
+        return {
+            "statusUpdate": {"taskId": task["id"], "contextId": task["contextId"], "status": status}
+        }
+
+    @staticmethod
+    def sse(event):
+        return f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+
+
+@extend_schema(exclude=True)  # the OpenAPI page describes the §18 API
+class AgentCard(BindingView):
+    """/a2a/v1/<agentId>/.well-known/agent-card.json: the card an SDK client resolves from
+    the agent's URL (with the partner key)."""
+
+    def get(self, request, agent_id):
+        return Response(self.extended_card({}, agent_id))
+
+
+# --- JSON-RPC 2.0 -------------------------------------------------------------------------------
+
+
+@extend_schema(exclude=True)  # the OpenAPI page describes the §18 API
+class JsonRpc(BindingView):
+    METHODS = {
+        "SendMessage": BindingView.send_message,
+        "GetTask": BindingView.get_task,
+        "ListTasks": BindingView.list_tasks,
+        "CancelTask": BindingView.cancel_task,
+        "GetExtendedAgentCard": BindingView.extended_card,
+        "SendStreamingMessage": BindingView.send_streaming_message,
+        "SubscribeToTask": BindingView.subscribe,
+    }
+
+    def post(self, request, agent_id=None):
+        try:
+            rpc = request.data
+        except exceptions.ParseError as exc:  # (a body too large stays HTTP 413)
+            return self.error(None, PARSE_ERROR, str(exc.detail))
+        if not (
+            isinstance(rpc, dict)
+            and rpc.get("jsonrpc") == "2.0"
+            and isinstance(rpc.get("method"), str)
+            and isinstance(rpc.get("params", {}), dict)
+            and isinstance(rpc.get("id"), str | int | type(None))
+        ):
+            return self.error(None, INVALID_REQUEST, "Not a JSON-RPC 2.0 request object.")
+        rpc_id, params = rpc.get("id"), rpc.get("params", {})
+        method = self.METHODS.get(rpc["method"])
+        if method is None:
+            return self.error(rpc_id, METHOD_NOT_FOUND, f"No method {rpc['method']!r} here.")
+        tenant = params.get("tenant")
+        if agent_id and tenant and tenant != agent_id:
+            return self.error(
+                rpc_id, INVALID_PARAMS, f"The tenant is not {agent_id!r}, the agent you address."
+            )
+        try:
+            result = method(self, params, agent_id or tenant)
+        except (wire.Unusable, service.Invalid) as exc:
+            return self.error(rpc_id, INVALID_PARAMS, str(exc), path=exc.path)
+        except exceptions.NotFound as exc:
+            return self.error(rpc_id, TASK_NOT_FOUND, str(exc.detail))
+        except service.NotCancelable as exc:
+            return self.error(rpc_id, TASK_NOT_CANCELABLE, str(exc.detail))
+        except Unsupported as exc:
+            return self.error(rpc_id, UNSUPPORTED_OPERATION, str(exc))
+        if isinstance(result, Stream):
+            return result.response(lambda event: {"jsonrpc": "2.0", "id": rpc_id, "result": event})
+        return Response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+
+    def error(self, rpc_id, code, message, path=""):
+        error = {"code": code, "message": message, **({"data": {"path": path}} if path else {})}
+        return Response({"jsonrpc": "2.0", "id": rpc_id, "error": error})
+
+
+# --- HTTP+JSON ----------------------------------------------------------------------------------
+
+
+@extend_schema(exclude=True)  # the OpenAPI page describes the §18 API
+class Rest(BindingView):
+    """The HTTP+JSON binding: /a2a/v1[/<agentId>]/message:send, message:stream, tasks,
+    tasks/<id>, tasks/<id>:cancel, tasks/<id>:subscribe and extendedAgentCard. Errors are
+    google.rpc.Status bodies whose ErrorInfo reason names the A2A error."""
+
+    QUERY_INTEGERS = ("pageSize", "historyLength")
+
+    def post(self, request, agent_id=None, resource=None, verb=None, task_id=None):
+        if resource == "message":
+            try:
+                params = request.data
+            except exceptions.ParseError as exc:
+                return self.error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", str(exc.detail))
+            operation = (
+                BindingView.send_message if verb == "send" else BindingView.send_streaming_message
+            )
+            return self.perform(operation, params, agent_id)
+        operation = BindingView.cancel_task if verb == "cancel" else BindingView.subscribe
+        return self.perform(operation, {"id": task_id}, agent_id)
+
+    def get(self, request, agent_id=None, resource=None, verb=None, task_id=None):
+        if resource == "card":
+            return self.perform(BindingView.extended_card, {}, agent_id)
+        query = {}
+        for name, value in request.query_params.items():
+            if name in self.QUERY_INTEGERS and value.lstrip("-").isdigit():
+                value = int(value)
+            elif name == "includeArtifacts" and value in ("true", "false"):
+                value = value == "true"
+            query[name] = value
+        if task_id is not None:
+            return self.perform(BindingView.get_task, {**query, "id": task_id}, agent_id)
+        return self.perform(BindingView.list_tasks, query, agent_id)
+
+    def perform(self, operation, params, agent_id):
+        if not isinstance(params, dict):
+            return self.error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", "Send a JSON object.")
+        try:
+            result = operation(self, params, agent_id)
+        except (wire.Unusable, service.Invalid) as exc:
+            return self.error(400, "INVALID_ARGUMENT", "INVALID_PARAMS", str(exc), exc.path)
+        except exceptions.NotFound as exc:
+            return self.error(404, "NOT_FOUND", "TASK_NOT_FOUND", str(exc.detail))
+        except service.NotCancelable as exc:
+            return self.error(400, "FAILED_PRECONDITION", "TASK_NOT_CANCELABLE", str(exc.detail))
+        except Unsupported as exc:
+            return self.error(400, "FAILED_PRECONDITION", "UNSUPPORTED_OPERATION", str(exc))
+        if isinstance(result, Stream):
+            return result.response(lambda event: event)
+        return Response(result)
+
+    def error(self, http_status, status, reason, message, path=""):
+        info = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": reason,
+            "domain": "a2a-protocol.org",
+            **({"metadata": {"path": path}} if path else {}),
+        }
+        body = {"code": http_status, "status": status, "message": message, "details": [info]}
+        # JSON even to a client that asked for a stream: it reads an error's status and body.
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), JSON
+        return Response({"error": body}, status=http_status)

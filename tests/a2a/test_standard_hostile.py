@@ -1,0 +1,125 @@
+"""Hostile requests to the standard A2A bindings: each is a clear refusal in the binding's own
+error shape (HTTP 401/403/413 first, then JSON-RPC's or HTTP+JSON's error) and an audit event,
+never a 500, and nothing runs."""
+
+import json
+
+import httpx
+import pytest
+
+from a2a.models import A2AMessage, PartnerKey
+from mcplet_host.models import AuditEvent
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def api(live_server, registry):
+    partner = registry["partner"]
+    partner.callable_agents.set([registry["info"]])
+    _, raw = PartnerKey.issue(partner, "hostile")
+    with httpx.Client(
+        base_url=live_server.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30
+    ) as client:
+        yield client
+
+
+def rpc(method, params, **extra):
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params, **extra}
+
+
+MESSAGE = {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"store": "x"}}]}
+
+
+def send(**changes):
+    return json.dumps(rpc("SendMessage", {"message": {**MESSAGE, **changes}})).encode()
+
+
+DEEP = {"a": None}
+for _ in range(200):
+    DEEP = {"a": DEEP}
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b'{"jsonrpc": ', -32700),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "\\u0000"}}', -32700),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": 1e400}}', -32700),
+        (json.dumps(DEEP).encode(), -32700),
+        (json.dumps([rpc("GetTask", {"id": "x"})]).encode(), -32600),
+        (json.dumps({"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}).encode(), -32600),
+        (json.dumps(rpc("GetTask", "x")).encode(), -32600),
+        (json.dumps(rpc("tasks/get", {"id": "x"})).encode(), -32601),
+        (json.dumps(rpc("GetTask", {"id": 5})).encode(), -32602),
+        (json.dumps(rpc("GetTask", {"id": "../../etc"})).encode(), -32001),
+        (json.dumps(rpc("ListTasks", {"pageSize": -5})).encode(), -32602),
+        (json.dumps(rpc("ListTasks", {"pageToken": "9" * 40})).encode(), -32602),
+        (
+            json.dumps(rpc("SendMessage", {"message": {**MESSAGE, "role": "ROLE_AGENT"}})).encode(),
+            -32602,
+        ),
+        (
+            json.dumps(rpc("SendMessage", {"message": {**MESSAGE, "powers": "all"}})).encode(),
+            -32602,
+        ),
+        (
+            json.dumps(
+                rpc(
+                    "SendMessage",
+                    {"message": {**MESSAGE, "parts": [{"url": "file:///etc/passwd"}]}},
+                )
+            ).encode(),
+            -32602,
+        ),
+        (
+            json.dumps(
+                rpc("SendMessage", {"message": {**MESSAGE, "parts": [{"data": [1]}]}})
+            ).encode(),
+            -32602,
+        ),
+        (
+            json.dumps(
+                rpc("SendMessage", {"message": MESSAGE, "tenant": "planning-agent"})
+            ).encode(),
+            -32602,
+        ),
+    ],
+)
+def test_a_hostile_json_rpc_request_is_a_json_rpc_error(api, calls, body, code):
+    response = api.post(
+        "/a2a/v1/info-gathering-agent", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["error"]["code"] == code
+    assert not A2AMessage.objects.exists() and calls() == []
+    event = AuditEvent.objects.filter(event_type="a2a.partner.request").latest("seq")
+    assert event.result == "BLOCKED" and event.details["code"] == code
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/a2a/v1/info-gathering-agent/tasks?pageSize=abc", 400),
+        ("GET", "/a2a/v1/info-gathering-agent/tasks?status=TASK_STATE_NONSENSE", 400),
+        ("GET", "/a2a/v1/info-gathering-agent/tasks/not-a-task", 404),
+        ("POST", "/a2a/v1/info-gathering-agent/tasks/x:cancel", 404),
+        ("GET", "/a2a/v1/planning-agent/tasks", 200),  # (none of yours: an empty list)
+        ("POST", "/a2a/v1/planning-agent/message:send", 403),
+        ("GET", "/a2a/v1/planning-agent/extendedAgentCard", 403),
+    ],
+)
+def test_a_hostile_rest_request_is_a_clear_4xx(api, calls, method, path, status):
+    response = api.request(method, path, json={"message": MESSAGE})
+    assert response.status_code == status, response.text
+    if status == 400:
+        info = response.json()["error"]["details"][0]
+        assert info["reason"] == "INVALID_PARAMS" and info["domain"] == "a2a-protocol.org"
+    assert calls() == []
+
+
+def test_without_a_key_every_binding_is_401_before_reading(live_server, registry):
+    for path in ("/a2a/v1", "/a2a/v1/info-gathering-agent", "/a2a/v1/x/message:send"):
+        response = httpx.post(f"{live_server.url}{path}", content=b"not json at all")
+        assert response.status_code == 401 and "WWW-Authenticate" in response.headers
+    assert httpx.get(f"{live_server.url}/.well-known/agent-card.json").status_code == 200
