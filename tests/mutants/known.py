@@ -115,14 +115,14 @@ BREAKS = [
     ),
     Break(
         "parameters-pools-partner-only",
-        "a2a/api.py",
+        "a2a/service.py",
         r"^ +\.filter\(agents=recipient\)\n",  # the partner's pools only
         "",
         [A2A + "test_parameters_pools_must_be_held_by_partner_and_recipient"],
     ),
     Break(
         "another-partners-message-id",
-        "a2a/api.py",
+        "a2a/service.py",
         r"existing\.sender_id != partner\.agent_id or ",
         "",
         [A2A + "test_another_partners_message_id_is_not_their_task"],
