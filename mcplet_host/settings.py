@@ -196,6 +196,12 @@ PASSKEY_RP_NAME = env_str("PASSKEY_RP_NAME", "MCPlet Host")
 MCPLET_APPROVAL_TTL = env_int("MCPLET_APPROVAL_TTL", 900, minimum=10)
 # How long one MCP tools/call may take before the gateway answers SERVICE_UNAVAILABLE.
 MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
+# How long a worker holds an agent run it advances: a killed worker's run is taken up again
+# after it (longer than an LLM turn or a tool call can take).
+MCPLET_RUN_LEASE = env_int("MCPLET_RUN_LEASE", 300, minimum=5)
+# Beat's recovery (agents.recover, mcplet_host.recover_calls) queues again work untouched this
+# long whose task was lost: a worker killed, the broker's data lost.
+MCPLET_RECOVERY_GRACE = env_int("MCPLET_RECOVERY_GRACE", 60, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = VAR_DIR / "mail"
