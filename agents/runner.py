@@ -417,6 +417,11 @@ def finish(run, status, *, result=None, error=None):
             run.result = result
         run.error = error
         run.save()
+        # A call it held and nobody decided yet must not run for a run that has ended (one that
+        # broke after holding it): it is rejected, and its continuation finds the run ended.
+        held = Ceremony.objects.pending().filter(continuation_ref__startswith=f"{run.pk}:")
+        for ceremony in held:
+            ceremony.decline(Ceremony.Status.REJECTED)
         if run.request is not None:
             bus.respond(
                 run.request,

@@ -107,6 +107,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # One test database per process, so concurrent test runs on one server never share it.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+    # A kept connection is checked before its first use in each request or task: one the
+    # server dropped (a restart, pg_terminate_backend) is replaced, not used to fail the task.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

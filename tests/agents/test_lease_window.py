@@ -10,6 +10,7 @@ import pytest
 
 from a2a import bus
 from a2a.models import A2AMessage
+from agents import runner
 from agents.models import AgentRun
 from passkey.models import Ceremony
 from tests.mcplet_host.test_gateway import ASSERTION
@@ -96,3 +97,25 @@ def test_a_held_tool_call_approved_inside_the_lease_window_continues(
     assert run.status == AgentRun.Status.SUCCESS and run.result == {"plan": "ok"}
     assert len(calls("approve_plan")) == 1
     assert A2AMessage.objects.filter(reply_to=request.message_id).count() == 1
+
+
+def test_a_run_that_breaks_after_holding_a_call_rejects_it(
+    registry, director, script, calls, admin_user
+):
+    """A run that ends while a call it held is still pending (here: its LLM turn breaks after
+    the hold, on a later advance) leaves nothing to approve: the call is rejected, never run."""
+    planning = registry["planning"]
+    planning.model = script({"planning-agent": [{"tool_calls": [{"name": "approve_plan"}]}]})
+    planning.save()
+    request = bus.send_task("director", "planning-agent", {"store": "shinjuku"})
+    run = AgentRun.objects.get(request=request)
+    held = run.waiting_for
+    assert held.status == Ceremony.Status.PENDING
+
+    assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "broke"})
+
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.REJECTED
+    assert not held.approve(admin_user)
+    assert calls("approve_plan") == []
+    assert [m.status for m in A2AMessage.objects.filter(reply_to=request.message_id)] == ["error"]
