@@ -141,8 +141,8 @@ def main(argv=None):
         registry[agent].model = "scripted/chaos"
         registry[agent].save()
     partner = registry["partner"]
-    partner.callable_agents.set([registry["dispatch"], registry["planning"]])
-    partner.accessible_pools.set([registry["media-pool"]])
+    partner.callable_agents.set([registry["dispatch"], registry["info"]])
+    partner.accessible_pools.set([registry["media-pool"], registry["info-pool"]])
     chaos.partner = partner_key(partner)
     timings = Timings()
     auth = {"Authorization": f"Bearer {chaos.partner.raw_key}"}
@@ -173,31 +173,33 @@ def main(argv=None):
             f"({args.pending / (time.monotonic() - began):.1f} held tasks/s)"
         )
 
-        # 2. For --minutes: bursts of approvals, and partner tasks (a held approve_plan each,
-        # approved at once, so every partner task is a full workflow) at a fixed rate.
+        # 2. For --minutes: bursts of approvals (oldest first), and partner tasks at a fixed rate
+        # to the information agent (a tool call, an answer: no approval), polled until answered.
         stop = time.monotonic() + args.minutes * 60
         partner_tasks = []
 
         def partner_traffic():
             while time.monotonic() < stop:
                 next_at = time.monotonic() + 1 / args.rate
-                partner_tasks.append(post("planning-agent"))
+                partner_tasks.append(post("info-gathering-agent"))
                 time.sleep(max(0, next_at - time.monotonic()))
 
         traffic = threading.Thread(target=partner_traffic)
         traffic.start()
-        open_tasks = {}
+        open_tasks, seen, next_burst = {}, 0, time.monotonic()
         while time.monotonic() < stop or traffic.is_alive() or open_tasks:
-            for message_id, sent_at in partner_tasks[len(open_tasks) :]:
-                open_tasks.setdefault(message_id, sent_at)
-            pending = Ceremony.objects.filter(status=Ceremony.Status.PENDING)
-            plans = list(pending.filter(tool_name="approve_plan")[: args.burst])
-            emails = list(pending.filter(tool_name="send_email")[: args.burst])
-            for ceremony in plans + (emails if time.monotonic() < stop else []):
-                t0 = time.monotonic()
-                chaos.approver.decide(ceremony, reject=False)
-                timings.add("approval", time.monotonic() - t0)
-            for message_id in list(open_tasks)[:20]:
+            for message_id, sent_at in partner_tasks[seen:]:
+                open_tasks[message_id] = sent_at
+                seen += 1
+            if time.monotonic() >= next_burst and time.monotonic() < stop:
+                next_burst += args.every
+                pending = Ceremony.objects.filter(status=Ceremony.Status.PENDING)
+                burst = pending.order_by("created_at")[: args.burst]
+                for ceremony in burst:
+                    t0 = time.monotonic()
+                    chaos.approver.decide(ceremony, reject=False)
+                    timings.add("approval", time.monotonic() - t0)
+            for message_id in list(open_tasks)[:50]:
                 t0 = time.monotonic()
                 got = httpx.get(f"{chaos.base}/a2a/tasks/{message_id}", headers=auth, timeout=60)
                 timings.add("partner GET", time.monotonic() - t0)
@@ -206,7 +208,7 @@ def main(argv=None):
             if time.monotonic() > stop + 300:
                 print(f"{len(open_tasks)} partner tasks still open 5 minutes after the load")
                 break
-            time.sleep(args.every if time.monotonic() < stop else 0.5)
+            time.sleep(0.5)
         traffic.join()
 
         # Let what was approved finish before the figures.

@@ -534,6 +534,10 @@ def write_script(path):
                             }
                         }
                     ],
+                    "info-gathering-agent": [
+                        {"tool_calls": [{"name": "query_crm", "arguments": {"filter": "rain"}}]},
+                        {"json": {"analysis": "rain"}},
+                    ],
                     "planning-agent": [
                         {"tool_calls": [{"name": "approve_plan", "arguments": {}}]},
                         {"json": {"plan": "done"}},
