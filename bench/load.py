@@ -108,6 +108,7 @@ def main(argv=None):
             "passkey.Ceremony",
             "passkey.PasskeyCredential",
             "mcplet_host.AuditEvent",
+            "mcplet_host.AuditChainHead",  # else the next event continues the old chain
             "auth.User",
         ),
     )
