@@ -284,18 +284,36 @@ class AgentRun(models.Model):
     def total_tokens(self):
         return self.prompt_tokens + self.completion_tokens
 
-    def claim(self, owner, seconds=300):
+    def claim(self, owner):
         """Take the run's lease so one worker at a time advances it (a dead worker's lease
         simply expires). True if taken."""
         now = timezone.now()
         taken = (
             AgentRun.objects.filter(pk=self.pk, status=self.Status.RUNNING)
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
-            .update(lease_until=now + timedelta(seconds=seconds), lease_owner=owner)
+            .update(
+                lease_until=now + timedelta(seconds=settings.MCPLET_RUN_LEASE), lease_owner=owner
+            )
         )
         if taken:
             self.refresh_from_db()
         return bool(taken)
+
+    @classmethod
+    def stalled(cls, since):
+        """Running runs no worker holds (its lease expired or was let go), untouched since."""
+        return cls.objects.filter(status=cls.Status.RUNNING, updated_at__lt=since).filter(
+            Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+        )
+
+    @classmethod
+    def waiting_on_decided(cls, since):
+        """Runs still waiting on a call that was decided (its continuation was lost)."""
+        return cls.objects.filter(
+            status=cls.Status.AWAITING_APPROVAL,
+            updated_at__lt=since,
+            waiting_for__status__in=Ceremony.FINAL,
+        ).select_related("waiting_for")
 
     def release(self, owner):
         AgentRun.objects.filter(pk=self.pk, lease_owner=owner).update(

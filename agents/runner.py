@@ -68,21 +68,28 @@ def _opening(agent, request):
 
 
 def advance(run_id):
-    run = AgentRun.objects.select_related("agent", "request").get(pk=run_id)
     owner = secrets.token_hex(8)
-    if not run.claim(owner):
-        return run  # finished, waiting, or another worker holds it
-    try:
-        if run.agent.handler:
-            import_string(run.agent.handler)(run).advance()
-        else:
-            Loop(run).advance()
-    except Exception as exc:  # the run must end with a response, whatever broke
-        log.exception("run %s failed", run.pk)
-        finish(run, AgentRun.Status.ERROR, error={"message": f"{type(exc).__name__}: {exc}"})
-    finally:
-        run.release(owner)
-    return run
+    while True:
+        run = AgentRun.objects.select_related("agent", "request").get(pk=run_id)
+        if not run.claim(owner):
+            return run  # finished, waiting, or another worker holds it
+        try:
+            if run.agent.handler:
+                import_string(run.agent.handler)(run).advance()
+            else:
+                Loop(run).advance()
+        except Exception as exc:  # the run must end with a response, whatever broke
+            log.exception("run %s failed", run.pk)
+            finish(run, AgentRun.Status.ERROR, error={"message": f"{type(exc).__name__}: {exc}"})
+        finally:
+            run.release(owner)
+        # An approval that landed after this worker left the run waiting, and before it let go
+        # of the lease, set the run running again but could not claim it: take it up here.
+        if not (
+            run.status == AgentRun.Status.AWAITING_APPROVAL
+            and AgentRun.objects.filter(pk=run_id, status=AgentRun.Status.RUNNING).exists()
+        ):
+            return run
 
 
 def resume(ceremony_id, ref):
@@ -410,6 +417,11 @@ def finish(run, status, *, result=None, error=None):
             run.result = result
         run.error = error
         run.save()
+        # A call it held and nobody decided yet must not run for a run that has ended (one that
+        # broke after holding it): it is rejected, and its continuation finds the run ended.
+        held = Ceremony.objects.pending().filter(continuation_ref__startswith=f"{run.pk}:")
+        for ceremony in held:
+            ceremony.decline(Ceremony.Status.REJECTED)
         if run.request is not None:
             bus.respond(
                 run.request,

@@ -1,11 +1,17 @@
 """Celery tasks of the agent layer. They take ids, and a redelivered task does no harm: a
 delivery finds its run, an advance needs the run's lease, a resume checks the run's state."""
 
+from datetime import timedelta
+
 from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
 
 from a2a import bus
+from a2a.models import A2AMessage
 from agents import director, runner
-from agents.models import Agent
+from agents.models import Agent, AgentRun
+from mcplet_host.celery import enqueue
 
 
 @shared_task(name="agents.deliver", acks_late=True, ignore_result=True)
@@ -51,3 +57,19 @@ def resume_run(ceremony_id, ref):
 def run_director(agent_id):
     """Beat's trigger for one Director cycle (never two at once: see director.run_cycle)."""
     director.run_cycle(agent_id)
+
+
+@shared_task(name="agents.recover", ignore_result=True)
+def recover():
+    """Beat: agent work whose task was lost (a worker killed mid-run, the broker's data lost)
+    is queued again. The tasks are idempotent, so a copy of one still queued does no harm."""
+    since = timezone.now() - timedelta(seconds=settings.MCPLET_RECOVERY_GRACE)
+    undelivered = A2AMessage.objects.filter(
+        type=A2AMessage.Type.TASK_REQUEST, state=A2AMessage.State.QUEUED, created_at__lt=since
+    )
+    for message_id, signature in undelivered.values_list("message_id", "signature"):
+        enqueue(bus.DELIVER_TASK, [str(message_id), signature])
+    for run_id in AgentRun.stalled(since).values_list("pk", flat=True):
+        enqueue("agents.advance_run", [str(run_id)])
+    for run in AgentRun.waiting_on_decided(since):
+        run.waiting_for.notify_continuation()

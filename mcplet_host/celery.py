@@ -2,13 +2,26 @@ import os
 import threading
 from contextlib import contextmanager
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 
 app = Celery("mcplet_host")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.task_prerun.connect
+def check_database_connections(task=None, **kwargs):
+    """What Django does at each request, at each task of a worker: close a connection that
+    broke or aged out, and have a kept one health-checked at its first use (CELERY_DB_REUSE_MAX
+    keeps it across tasks; without this, a connection the server dropped failed every task
+    after). Not for a task run eagerly: it runs inside its caller's work."""
+    if task is not None and task.request.is_eager:
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 _import_lock = threading.Lock()

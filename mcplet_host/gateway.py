@@ -614,8 +614,10 @@ def resume(ceremony_id):
             return _finish(ceremony)
         if ceremony.status != Ceremony.Status.APPROVED:
             return ceremony  # pending, or already handled by an earlier delivery
-        ceremony.status = Ceremony.Status.EXECUTING
-        ceremony.save(update_fields=["status"])
+        # When it started, until it ends: a call executing long past the tool timeout has lost
+        # its worker (see `abandon`).
+        ceremony.status, ceremony.executed_at = Ceremony.Status.EXECUTING, timezone.now()
+        ceremony.save(update_fields=["status", "executed_at"])
 
     strict = ceremony.enforcement == Ceremony.Enforcement.STRICT
     if ceremony.kind == Ceremony.Kind.STEP_UP and strict and ceremony.mcplet:
@@ -643,11 +645,49 @@ def resume(ceremony_id):
     # without an answer may have run: its outcome is unknown, and it stays so.
     code = (envelope.get("error") or {}).get("code")
     if code == OUTCOME_UNKNOWN:
-        ceremony.status = Ceremony.Status.OUTCOME_UNKNOWN
+        status = Ceremony.Status.OUTCOME_UNKNOWN
     else:
-        ceremony.status = Ceremony.Status.FAILED if code else Ceremony.Status.EXECUTED
-    ceremony.result, ceremony.executed_at = envelope, timezone.now()
-    ceremony.save(update_fields=["status", "result", "executed_at"])
+        status = Ceremony.Status.FAILED if code else Ceremony.Status.EXECUTED
+    return _settle(ceremony, status, envelope) or Ceremony.objects.get(pk=ceremony.pk)
+
+
+def abandon(ceremony_id):
+    """Settle a call whose worker died while running it: it may have run, so its outcome is
+    unknown, and the host never sends it again (a person checks; the waiting run goes on)."""
+    ceremony = Ceremony.objects.get(pk=ceremony_id)
+    envelope = _error(
+        OUTCOME_UNKNOWN,
+        "The worker running this call stopped before its answer was recorded, so it may have "
+        "run. The host will not send it again: check before running it again (a re-run reuses "
+        "this call's idempotency key).",
+        ceremony.tool_name,
+        ceremony.mcplet,
+        retryable=False,
+    )
+    if _settle(ceremony, Ceremony.Status.OUTCOME_UNKNOWN, envelope) is None:
+        return
+    actor, details = _actor(ceremony.agent_id, ceremony.authority)
+    audit.record(
+        audit.EventType.TOOL_EXECUTED,
+        **actor,
+        target_server=ceremony.server_name,
+        target_tool=ceremony.tool_name,
+        result=audit.FAILURE,
+        trace_id=ceremony.trace_id,
+        details={**details, "ceremony": ceremony.token[:8], **_failure(envelope)},
+    )
+
+
+def _settle(ceremony, status, envelope):
+    """Record an executing call's end, once (a late worker and `abandon` may race): None if it
+    had already ended."""
+    now = timezone.now()
+    settled = Ceremony.objects.filter(pk=ceremony.pk, status=Ceremony.Status.EXECUTING).update(
+        status=status, result=envelope, executed_at=now
+    )
+    if not settled:
+        return None
+    ceremony.status, ceremony.result, ceremony.executed_at = status, envelope, now
     return _finish(ceremony)
 
 

@@ -114,6 +114,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # One test database per process, so concurrent test runs on one server never share it.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+    # A kept connection is checked before its first use in each request or task: one the
+    # server dropped (a restart, pg_terminate_backend) is replaced, not used to fail the task.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -207,6 +210,12 @@ MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
 # times, and only when the wait it asks for is at most this long (the worker sleeps through it).
 MCPLET_TOOL_RETRIES = env_int("MCPLET_TOOL_RETRIES", 2, minimum=0)
 MCPLET_TOOL_RETRY_MAX_WAIT_MS = env_int("MCPLET_TOOL_RETRY_MAX_WAIT_MS", 5000, minimum=0)
+# How long a worker holds an agent run it advances: a killed worker's run is taken up again
+# after it (longer than an LLM turn or a tool call can take).
+MCPLET_RUN_LEASE = env_int("MCPLET_RUN_LEASE", 300, minimum=5)
+# Beat's recovery (agents.recover, mcplet_host.recover_calls) queues again work untouched this
+# long whose task was lost: a worker killed, the broker's data lost.
+MCPLET_RECOVERY_GRACE = env_int("MCPLET_RECOVERY_GRACE", 60, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = VAR_DIR / "mail"

@@ -1,4 +1,7 @@
+from datetime import timedelta
+
 from celery import shared_task
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -32,3 +35,16 @@ def expire_ceremonies():
     """Beat: pending calls nobody approved in time are resolved as expired, unexecuted."""
     for ceremony in Ceremony.objects.overdue():
         ceremony.decline(Ceremony.Status.EXPIRED)
+
+
+@shared_task(name="mcplet_host.recover_calls", ignore_result=True)
+def recover_calls():
+    """Beat: decided calls whose task was lost (a worker killed, the broker's data lost) are
+    queued again; one whose worker died while running it is settled as outcome-unknown."""
+    now = timezone.now()
+    since = now - timedelta(seconds=settings.MCPLET_RECOVERY_GRACE)
+    for ceremony_id in Ceremony.objects.stranded(since).values_list("pk", flat=True):
+        resume_call.delay(ceremony_id)
+    sent_before = since - timedelta(seconds=settings.MCPLET_TOOL_TIMEOUT)
+    for ceremony_id in Ceremony.objects.abandoned(sent_before).values_list("pk", flat=True):
+        gateway.abandon(ceremony_id)

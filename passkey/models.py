@@ -9,6 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
@@ -310,6 +311,18 @@ class CeremonyQuerySet(models.QuerySet):
 
     def overdue(self):
         return self.pending().filter(expires_at__lte=timezone.now())
+
+    def stranded(self, since):
+        """Tool calls decided before `since` that the gateway has not taken up (their task
+        was lost): approved and not running, or declined without their error."""
+        declined = Q(status__in=Ceremony.DECLINED, result__isnull=True)
+        return self.filter(kind=Ceremony.Kind.TOOL_CALL, decided_at__lt=since).filter(
+            Q(status=Ceremony.Status.APPROVED) | declined
+        )
+
+    def abandoned(self, since):
+        """Calls sent before `since` and never settled: the worker running them died."""
+        return self.filter(status=Ceremony.Status.EXECUTING, executed_at__lt=since)
 
 
 class Ceremony(models.Model):

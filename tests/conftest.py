@@ -122,6 +122,11 @@ def reference_server(tmp_path, calls):
 @pytest.fixture
 def registry(reference_server):
     """The reference tools on one server, discovered, with the plan's pools and agents."""
+    return make_registry(reference_server)
+
+
+def make_registry(reference_server):
+    """The `registry` fixture's set-up (also bench/load.py's)."""
     info = Pool.objects.create(name="info-pool", rate_limit_per_minute=120)
     media = Pool.objects.create(name="media-pool", rate_limit_per_minute=60)
     server = McpServer.objects.create(name="reference", **reference_server)

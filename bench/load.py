@@ -1,0 +1,258 @@
+"""Load (issue 18): a thousand approvals pending at once, then approved in bursts, while partner
+tasks arrive at a fixed rate through the A2A API — on the host's real processes (web, two
+workers, beat, watcher, an MCP server over streamable HTTP; tests/faults/harness.py starts them,
+with a redis-server of its own) and PostgreSQL.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_load SECRET_KEY=bench \\
+        .venv/bin/python bench/load.py [--pending 1000] [--minutes 3] [--rate 2] [--burst 50]
+
+Prints, per window of `--window` seconds, the count and p50/p95/p99 of each request kind
+(partner POST /a2a/tasks, partner GET of a task, approval = challenge + assertion, a partner
+task end to end, approval to execution), then throughput, each process's memory (RSS) at start
+and end, the database's growth per workflow, and the invariants of the fault harness (no call
+run twice, none lost, none run unapproved, every request answered, audit chain intact). The
+database named by DATABASE_URL is created if missing and emptied first.
+"""
+
+import argparse
+import collections
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common  # noqa: E402
+
+KINDS = ("partner POST", "partner GET", "approval", "task end to end", "approved → executed")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pending", type=int, default=1000, help="approvals held at once")
+    parser.add_argument("--minutes", type=float, default=3, help="how long the load runs")
+    parser.add_argument("--rate", type=float, default=2, help="partner tasks per second")
+    parser.add_argument("--burst", type=int, default=50, help="approvals per burst")
+    parser.add_argument("--every", type=float, default=5, help="seconds between bursts")
+    parser.add_argument("--window", type=float, default=30, help="seconds per figures row")
+    return parser.parse_args(argv)
+
+
+class Timings:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.samples = collections.defaultdict(list)  # kind -> [(at, seconds)]
+
+    def add(self, kind, seconds, at=None):
+        with self.lock:
+            self.samples[kind].append(((at or time.monotonic()) - self.started, seconds))
+
+    def table(self, window):
+        end = max((at for rows in self.samples.values() for at, _ in rows), default=0)
+        print(f"\n{'window':>9} {'kind':<22} {'n':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+        start = 0.0
+        while start <= end:
+            for kind in KINDS:
+                rows = [s for at, s in self.samples[kind] if start <= at < start + window]
+                if rows:
+                    print(
+                        f"{f'{start:.0f}-{start + window:.0f}s':>9} {kind:<22} {len(rows):>6} "
+                        + " ".join(f"{percentile(rows, q) * 1000:>8.0f}" for q in (50, 95, 99))
+                    )
+            start += window
+
+
+def percentile(values, q):
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def rss_mb(process):
+    try:
+        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def memory(chaos):
+    return {name: rss_mb(s.process) for name, s in chaos.services.items()}
+
+
+def database_size():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        return cursor.fetchone()[0]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="mcplet-load-"))
+    common.setup_django(
+        workdir,
+        flush=(
+            "pools.Pool",
+            "pools.McpServer",
+            "agents.Agent",
+            "agents.AgentRun",
+            "a2a.A2AMessage",
+            "passkey.Ceremony",
+            "passkey.PasskeyCredential",
+            "mcplet_host.AuditEvent",
+            "mcplet_host.AuditChainHead",  # else the next event continues the old chain
+            "auth.User",
+        ),
+    )
+    import httpx
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    from a2a import messages
+    from a2a.models import A2AMessage
+    from agents.models import AgentRun
+    from mcplets.examples.programmable import write_spec
+    from passkey.models import Ceremony
+    from tests.conftest import make_registry, reference_tools
+    from tests.faults.harness import Chaos, partner_key, write_script
+    from tests.passkey.authenticator import SoftAuthenticator
+
+    user = get_user_model().objects.create_user("manager", "m@example.org", "pw-approver-1")
+    user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
+    client = Client()
+    client.force_login(user)
+    write_script(workdir / "chaos.json")
+    spec = write_spec(workdir / "tools.json", reference_tools())
+    chaos = Chaos(workdir, None, client.cookies["sessionid"].value, SoftAuthenticator(), spec)
+    chaos.services["mcp"].start()
+    registry = make_registry({"transport": "http", "url": chaos.mcp_url})
+    for pool in ("info-pool", "media-pool"):
+        registry[pool].rate_limit_per_minute = 10**6
+        registry[pool].save()
+    for agent in ("dispatch", "info", "planning"):
+        registry[agent].model = "scripted/chaos"
+        registry[agent].save()
+    partner = registry["partner"]
+    partner.callable_agents.set([registry["dispatch"], registry["info"]])
+    partner.accessible_pools.set([registry["media-pool"], registry["info-pool"]])
+    chaos.partner = partner_key(partner)
+    timings = Timings()
+    auth = {"Authorization": f"Bearer {chaos.partner.raw_key}"}
+
+    def post(agent_id):
+        body = messages.task_request(partner.agent_id, agent_id, {"store": "shinjuku"})
+        began = time.monotonic()
+        answer = httpx.post(f"{chaos.base}/a2a/tasks", json=body, headers=auth, timeout=60)
+        timings.add("partner POST", time.monotonic() - began)
+        answer.raise_for_status()
+        chaos.requests.append(body["messageId"])
+        return body["messageId"], began
+
+    with chaos:
+        print(f"processes up; memory at start (MB): {fmt(memory(chaos))}")
+        size_before, memory_before = database_size(), memory(chaos)
+
+        # 1. The held runs: each dispatch task waits on one approval, holding no worker.
+        began = time.monotonic()
+        held = [post("dispatch-agent")[0] for _ in range(args.pending)]
+        waiting = AgentRun.objects.filter(
+            request__message_id__in=held, status=AgentRun.Status.AWAITING_APPROVAL
+        )
+        while waiting.count() < args.pending:
+            time.sleep(1)
+        print(
+            f"{args.pending} approvals pending after {time.monotonic() - began:.0f} s "
+            f"({args.pending / (time.monotonic() - began):.1f} held tasks/s)"
+        )
+
+        # 2. For --minutes: bursts of approvals (oldest first), and partner tasks at a fixed rate
+        # to the information agent (a tool call, an answer: no approval), polled until answered.
+        stop = time.monotonic() + args.minutes * 60
+        partner_tasks = []
+
+        def partner_traffic():
+            while time.monotonic() < stop:
+                next_at = time.monotonic() + 1 / args.rate
+                partner_tasks.append(post("info-gathering-agent"))
+                time.sleep(max(0, next_at - time.monotonic()))
+
+        traffic = threading.Thread(target=partner_traffic)
+        traffic.start()
+        open_tasks, seen, next_burst = {}, 0, time.monotonic()
+        while time.monotonic() < stop or traffic.is_alive() or open_tasks:
+            for message_id, sent_at in partner_tasks[seen:]:
+                open_tasks[message_id] = sent_at
+                seen += 1
+            if time.monotonic() >= next_burst and time.monotonic() < stop:
+                next_burst += args.every
+                pending = Ceremony.objects.filter(status=Ceremony.Status.PENDING)
+                burst = pending.order_by("created_at")[: args.burst]
+                for ceremony in burst:
+                    t0 = time.monotonic()
+                    chaos.approver.decide(ceremony, reject=False)
+                    timings.add("approval", time.monotonic() - t0)
+            for message_id in list(open_tasks)[:50]:
+                t0 = time.monotonic()
+                got = httpx.get(f"{chaos.base}/a2a/tasks/{message_id}", headers=auth, timeout=60)
+                timings.add("partner GET", time.monotonic() - t0)
+                if got.status_code == 200:
+                    timings.add("task end to end", time.monotonic() - open_tasks.pop(message_id))
+            if time.monotonic() > stop + 300:
+                print(f"{len(open_tasks)} partner tasks still open 5 minutes after the load")
+                break
+            time.sleep(0.5)
+        traffic.join()
+
+        # Let what was approved finish before the figures.
+        deadline = time.monotonic() + 300
+        busy = Ceremony.objects.filter(
+            status__in=(Ceremony.Status.APPROVED, Ceremony.Status.EXECUTING)
+        )
+        while busy.exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        for decided, executed in Ceremony.objects.filter(
+            status=Ceremony.Status.EXECUTED, executed_at__isnull=False
+        ).values_list("decided_at", "executed_at"):
+            timings.add("approved → executed", (executed - decided).total_seconds())
+        memory_after = memory(chaos)
+        elapsed = time.monotonic() - timings.started
+        answered = A2AMessage.objects.filter(type=A2AMessage.Type.TASK_RESPONSE).count()
+        workflows = AgentRun.objects.count()
+        timings.table(args.window)
+        print(
+            f"\nthroughput: {answered} task responses in {elapsed:.0f} s "
+            f"({answered / elapsed:.2f}/s); executed calls {len(chaos.executions()[0])}; "
+            f"still pending approvals {Ceremony.objects.pending().count()}"
+        )
+        print(f"memory at start (MB): {fmt(memory_before)}")
+        print(f"memory at end   (MB): {fmt(memory_after)}")
+        grown = database_size() - size_before
+        print(
+            f"database grew {grown / 2**20:.1f} MB for {workflows} workflows "
+            f"({grown / max(workflows, 1) / 1024:.1f} KB per workflow)"
+        )
+        chaos.check(chaos.requests, "load")
+        tally = chaos.tally
+        print(
+            f"invariants: {len(tally.lost)} lost, {len(tally.doubles)} double executions, "
+            f"{len(tally.unapproved)} unapproved executions, {len(tally.unanswered)} requests "
+            f"without exactly one response (runs still waiting on an approval excluded), "
+            f"{len(tally.stuck)} stuck, chain {'intact' if tally.chain_intact else 'BROKEN'}"
+        )
+
+
+def fmt(sizes):
+    return ", ".join(f"{name} {mb:.0f}" for name, mb in sizes.items())
+
+
+if __name__ == "__main__":
+    main()
