@@ -1,3 +1,4 @@
+import importlib
 import os
 import threading
 from contextlib import contextmanager
@@ -22,6 +23,23 @@ def check_database_connections(task=None, **kwargs):
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@signals.worker_init.connect
+def load_the_mcp_sdk(**kwargs):
+    """The host loads the MCP SDK at its first call, so that start-up stays fast. A worker's
+    threads would all load it at their first call at once, and a module one thread is still
+    loading is half there for another (an ImportError the fault harness saw): a worker loads
+    it before its pool starts."""
+    for module in (
+        "mcp",
+        "mcp.client.stdio",
+        "mcp.client.streamable_http",
+        "mcp.server.mcpserver",
+        "mcp.shared.exceptions",
+        "mcp_types",
+    ):
+        importlib.import_module(module)
 
 
 _import_lock = threading.Lock()
