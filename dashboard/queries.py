@@ -211,6 +211,14 @@ def context_runs(context_id):
     )
 
 
+def unknown_outcomes(context_id):
+    """The held calls of a context that were sent and got no answer: a person may run them
+    again from their ceremony page."""
+    return Ceremony.objects.filter(
+        trace_id=str(context_id), status=Ceremony.Status.OUTCOME_UNKNOWN
+    ).order_by("created_at")
+
+
 def runs_in_progress():
     return AgentRun.objects.filter(status__in=ACTIVE).select_related("agent")
 

@@ -151,7 +151,12 @@ def run_trace(request, context_id):
     return render(
         request,
         "dashboard/trace.html",
-        {"nav": "runs", "trace": found, "runs": queries.context_runs(context_id)},
+        {
+            "nav": "runs",
+            "trace": found,
+            "runs": queries.context_runs(context_id),
+            "unknown_outcomes": queries.unknown_outcomes(context_id),
+        },
     )
 
 

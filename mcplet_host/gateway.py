@@ -727,6 +727,7 @@ def _run_approved(ceremony):
     details |= {
         "surface": ceremony.surface,
         "ceremony": ceremony.token[:8],
+        **ceremony.lineage,
         "approved_by": getattr(ceremony.decided_by, "username", ""),
     }
     assertion = ceremony.take_assertion()
@@ -768,7 +769,7 @@ def _run_approved(ceremony):
             },
         )
         return _error(refusal.code, refusal.message, ceremony.tool_name, ceremony.mcplet)
-    meta = {"idempotencyKey": ceremony.token}
+    meta = {"idempotencyKey": ceremony.idempotency_key}
     if ceremony.enforcement == Ceremony.Enforcement.STRICT:
         meta["mcplet_auth"] = assertion  # params._meta only: never arguments, logs or database
     envelope, _ = _execute(

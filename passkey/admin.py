@@ -35,6 +35,7 @@ class CeremonyAdmin(admin.ModelAdmin):
         "enforcement",
         "status",
         "trace_id",
+        "rerun_of",
         "created_at",
         "expires_at",
         "decided_by",

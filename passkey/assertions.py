@@ -33,6 +33,8 @@ NOT_AN_APPROVER = "not_an_approver"
 NOT_PENDING = "not_pending"
 NOT_APPROVED = "not_approved"
 LOOPBACK_ONLY = "loopback_only"
+NOT_OUTCOME_UNKNOWN = "not_outcome_unknown"
+RERUN_OPEN = "rerun_open"
 
 # py_webauthn raises one exception type; its messages tell the failed check apart.
 _REASONS = (

@@ -414,6 +414,15 @@ class Ceremony(models.Model):
         blank=True,
         help_text="A step-up's steps as the server sent them (URL or QR), shown to the person.",
     )
+    rerun_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="reruns",
+        help_text="The first attempt, whose outcome is unknown, that a person runs again with "
+        "this call (and its idempotency key).",
+    )
 
     objects = CeremonyQuerySet.as_manager()
 
@@ -587,6 +596,17 @@ class Ceremony(models.Model):
         return self.status == self.Status.PENDING and self.expires_at <= timezone.now()
 
     @property
+    def idempotency_key(self):
+        """`_meta.idempotencyKey` of the call: a re-run sends its first attempt's, so a server
+        that honours idempotency keys acts once however often a person runs it again."""
+        return self.rerun_of.token if self.rerun_of_id else self.token
+
+    @property
+    def lineage(self):
+        """For audit details: the first attempt this call runs again, if any."""
+        return {"rerun_of": self.rerun_of.token[:8]} if self.rerun_of_id else {}
+
+    @property
     def assertion_key(self):
         return f"ceremony:{self.pk}:assertion"
 
@@ -667,6 +687,7 @@ class Ceremony(models.Model):
                 "status": self.status,
                 "agent": self.agent_id,
                 **self.authority.audit_details(),
+                **self.lineage,
                 "arguments_hash": self.arguments_hash,
             },
         )
@@ -676,6 +697,89 @@ class Ceremony(models.Model):
         assertion = cache.get(self.assertion_key)
         cache.delete(self.assertion_key)
         return assertion
+
+    # --- running again a call whose outcome is unknown ------------------------------------------
+
+    def rerun_refusal(self):
+        """Why a person may not run this call again now (a Refused), or None. Only an approved
+        call whose outcome is unknown may be, once at a time, and never after a re-run ran."""
+        first = self.rerun_of or self
+        if self.kind != self.Kind.TOOL_CALL or self.status != self.Status.OUTCOME_UNKNOWN:
+            return Refused(
+                assertions.NOT_OUTCOME_UNKNOWN,
+                f"Only a call whose outcome is unknown can be run again; this one is "
+                f"{self.get_status_display()}.",
+                409,
+            )
+        open_ = first.reruns.exclude(status__in=self.FINAL).first()
+        if open_ is not None:
+            return Refused(
+                assertions.RERUN_OPEN,
+                f"A re-run of this call is already {open_.get_status_display()}.",
+                409,
+            )
+        if first.reruns.filter(status=self.Status.EXECUTED).exists():
+            return Refused(assertions.RERUN_OPEN, "A re-run of this call already ran.", 409)
+        return None
+
+    def run_again(self, user):
+        """A person's re-run: a new pending ceremony for exactly this call, linked to the first
+        attempt and sending its idempotency key. It runs only once approved with a fresh passkey
+        assertion, through the gateway like any held call. Never done by the host itself.
+        Returns the new ceremony; raises Refused (audited)."""
+        try:
+            _check_approver(user)
+            with transaction.atomic():
+                # The first attempt's row is the lock: two "run again"s cannot both open one.
+                first = Ceremony.objects.select_for_update().get(pk=self.rerun_of_id or self.pk)
+                self.refresh_from_db()
+                if refusal := self.rerun_refusal():
+                    raise refusal
+                rerun = Ceremony.objects.create(
+                    token=secrets.token_urlsafe(24),
+                    nonce=secrets.token_hex(32),
+                    rerun_of=first,
+                    expires_at=timezone.now() + timedelta(seconds=settings.MCPLET_APPROVAL_TTL),
+                    **{field: getattr(self, field) for field in self.RERUN_COPIES},
+                )
+                audit.record(
+                    "mcplet.approval.rerun_requested",
+                    actor_type=audit.ActorType.USER,
+                    actor_id=user.get_username(),
+                    target_server=rerun.server_name,
+                    target_tool=rerun.tool_name,
+                    result=audit.PENDING,
+                    trace_id=rerun.trace_id,
+                    details={
+                        "ceremony": rerun.token[:8],
+                        **rerun.lineage,
+                        "after": self.token[:8],
+                        "agent": rerun.agent_id,
+                        **rerun.authority.audit_details(),
+                        "arguments_hash": rerun.arguments_hash,
+                    },
+                )
+        except Refused as refusal:
+            audit_refusal("run-again", refusal, ceremony=self, user=user)
+            raise
+        return rerun
+
+    # The call itself, as first held; not its continuation: the run it answered has moved on.
+    RERUN_COPIES = (
+        "kind",
+        "agent_id",
+        "provenance",
+        "proposed_by_model",
+        "trace_id",
+        "mcplet",
+        "server_name",
+        "tool_name",
+        "surface",
+        "arguments",
+        "arguments_hash",
+        "prompt_message",
+        "enforcement",
+    )
 
     # --- approving with a passkey (the views stay thin: everything that decides is here) ------
 

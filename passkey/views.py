@@ -191,6 +191,10 @@ def ceremony(request, token):
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
     if pending and not can_approve and (live := loopback.live_url(token)):
         return redirect(live)
+    return _page(request, ceremony, can_approve)
+
+
+def _page(request, ceremony, can_approve, refusal=None):
     arguments = ceremony.arguments
     if not isinstance(arguments, dict):
         arguments = {"(value)": arguments}
@@ -205,8 +209,12 @@ def ceremony(request, token):
         "host": _host(request),
         # Back here after registering: the host's link leads on to the live loopback page.
         "back": ceremony.get_absolute_url(),
+        "first": ceremony.rerun_of or ceremony,
+        "may_run_again": ceremony.rerun_refusal() is None,
+        "refusal": refusal,
     }
-    return render(request, "passkey/ceremony.html", context)
+    status = refusal.status if refusal else 200
+    return render(request, "passkey/ceremony.html", context, status=status)
 
 
 @passkey_page
@@ -314,6 +322,22 @@ def step(request, token):
     elif request.POST.get("action") == "cancel":
         ceremony.decline(Ceremony.Status.REJECTED, request.user)
     return redirect(ceremony)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def run_again(request, token):
+    """A person runs again a call whose outcome is unknown: a new ceremony for the same call,
+    approved with a fresh passkey on its own page (the form's CSRF token: a person's click)."""
+    ceremony = _ceremony(request, token)
+    if ceremony is None:
+        return _unknown(request, token, "run-again")
+    try:
+        rerun = ceremony.run_again(request.user)
+    except Refused as refusal:
+        return _page(request, ceremony, _approval_origin(request) is not None, refusal)
+    return redirect(rerun)
 
 
 def _loopback_only(request, ceremony, stage):

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from agents.models import Agent
+from mcplet_host import gateway
 from mcplets.examples.programmable import stdio_params, write_spec
 from pools.discovery import discover
 from pools.models import McpServer, Pool
@@ -142,6 +143,19 @@ def make_registry(reference_server):
     agents["info"].accessible_pools.set([info])
     agents["dispatch"].accessible_pools.set([media])
     return {"server": server, "info-pool": info, "media-pool": media, **agents}
+
+
+@pytest.fixture
+def slow_tool(tmp_path, calls, settings, registry):
+    """An action on its own server that answers after 2 s, with the host waiting 1 s (once the
+    session is open: launching the server may take longer than that on a busy machine)."""
+    spec = tmp_path / "slow.json"
+    write_spec(spec, [{**entry("book_table", "action", ("app",)), "sleep": 2}, entry("ping")])
+    command, args = stdio_params(spec, calls_log=calls.path)
+    discover(McpServer.objects.create(name="slow", transport="stdio", command=command, args=args))
+    assert gateway.call_tool(registry["planning"], "ping", {}).status == "executed"
+    settings.MCPLET_TOOL_TIMEOUT = 1
+    return "book_table"
 
 
 @pytest.fixture

@@ -138,6 +138,40 @@ def test_https_mode_reject_runs_nothing(page, host, approver, mailer, registry):
     assert ceremony.result["error"]["code"] == "X_APPROVAL_REJECTED"
 
 
+def test_a_person_runs_again_a_call_whose_outcome_is_unknown_with_a_fresh_passkey(
+    page, host, approver, registry, slow_tool, calls, eager, settings
+):
+    """The page warns that the first attempt may have run; "Run again" opens a new approval
+    of the same call, which runs once approved and sends the first attempt's idempotency key;
+    the first attempt's page then shows the re-run and its outcome."""
+    register_passkey(page, host)
+    first = gateway.call_tool(registry["planning"], slow_tool, {"table": 4}, "app").ceremony
+    assert first.approve(approver)  # resumed at the commit: sent, and no answer in time
+    first.refresh_from_db()
+    assert first.status == Ceremony.Status.OUTCOME_UNKNOWN
+    settings.MCPLET_TOOL_TIMEOUT = 10  # this time the answer arrives
+
+    page.goto(f"{host}{first.get_absolute_url()}")
+    expect(page.locator("#status")).to_contain_text("Its outcome is unknown")
+    expect(page.locator("#run-again")).to_contain_text("The first attempt may have run")
+    page.click("#run-again-button")
+    rerun = Ceremony.objects.get(rerun_of=first)
+    page.wait_for_url(f"{host}{rerun.get_absolute_url()}")
+    expect(page.locator("#rerun-of")).to_contain_text("the call whose outcome is unknown")
+    assert len(calls(slow_tool)) == 1  # nothing is sent before the re-run is approved
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
+
+    rerun.refresh_from_db()
+    assert rerun.status == Ceremony.Status.EXECUTED and rerun.decided_by == approver
+    sent = calls(slow_tool)
+    assert [c["meta"]["idempotencyKey"] for c in sent] == [first.token, first.token]
+    page.goto(f"{host}{first.get_absolute_url()}")
+    expect(page.locator("#reruns")).to_contain_text("Executed (approved by manager)")
+    expect(page.locator("#run-again-button")).to_have_count(0)
+    assert_clean_console(page)
+
+
 def test_a_dismissed_prompt_rejects_nothing_and_the_approver_can_try_again(
     page, host, approver, mailer, registry
 ):

@@ -12,11 +12,9 @@ from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.models import AuditEvent
 from mcplet_host.tasks import expire_ceremonies
-from mcplets.examples.programmable import stdio_params, write_spec
+from passkey.assertions import Refused
 from passkey.models import Ceremony
-from pools.discovery import discover
 from pools.models import Mcplet, McpServer, Pool
-from tests.conftest import entry
 
 pytestmark = pytest.mark.django_db
 
@@ -403,19 +401,6 @@ def test_admin_lists_held_calls_and_rejects_them(registry, calls, staff_client):
 # --- an approved call that got no answer ---------------------------------------------------------
 
 
-@pytest.fixture
-def slow_tool(tmp_path, calls, settings, registry):
-    """An action on its own server that answers after 3 s, with the host waiting 1 s (once the
-    session is open: launching the server may take longer than that on a busy machine)."""
-    spec = tmp_path / "slow.json"
-    write_spec(spec, [{**entry("book_table", "action", ("app",)), "sleep": 3}, entry("ping")])
-    command, args = stdio_params(spec, calls_log=calls.path)
-    discover(McpServer.objects.create(name="slow", transport="stdio", command=command, args=args))
-    assert gateway.call_tool(registry["planning"], "ping", {}).status == "executed"
-    settings.MCPLET_TOOL_TIMEOUT = 1
-    return "book_table"
-
-
 def test_an_approved_call_that_got_no_answer_is_outcome_unknown_and_never_resent(
     registry, calls, admin_user, slow_tool, staff_client
 ):
@@ -438,6 +423,47 @@ def test_an_approved_call_that_got_no_answer_is_outcome_unknown_and_never_resent
     approvals = staff_client.get("/dashboard/approvals/").content.decode()
     row = approvals.split(f'id="approval-{ceremony.pk}"')[1].split("</tr>")[0]
     assert "outcome unknown" in row and "X_OUTCOME_UNKNOWN" in row and "will not re-send" in row
+
+
+def test_a_persons_rerun_sends_the_first_attempts_idempotency_key_once_approved(
+    registry, calls, admin_user, slow_tool, settings
+):
+    planning = registry["planning"]
+    first = gateway.call_tool(planning, slow_tool, {"table": 4}, "app", "ctx-r").ceremony
+    assert first.approve(admin_user)
+    gateway.resume(first.pk)
+    first.refresh_from_db()
+    assert first.status == Ceremony.Status.OUTCOME_UNKNOWN
+
+    rerun = first.run_again(admin_user)  # a person's decision to try again: held, not sent
+    assert (rerun.status, rerun.rerun_of, rerun.trace_id) == ("pending", first, "ctx-r")
+    assert (rerun.tool_name, rerun.arguments) == (slow_tool, {"table": 4})
+    assert not rerun.continuation  # the run it answered has moved on
+    assert rerun.token != first.token and rerun.idempotency_key == first.token
+    assert len(calls(slow_tool)) == 1
+    settings.MCPLET_TOOL_TIMEOUT = 10  # this time the server's answer arrives
+    assert rerun.approve(admin_user)
+    gateway.resume(rerun.pk)
+    gateway.resume(rerun.pk)  # a redelivered resume acts once
+
+    rerun.refresh_from_db()
+    assert rerun.status == Ceremony.Status.EXECUTED, rerun.result
+    sent = calls(slow_tool)  # the server's own log: the same call, the same idempotency key
+    assert [c["meta"]["idempotencyKey"] for c in sent] == [first.token, first.token]
+    assert [c["arguments"] for c in sent] == [{"table": 4}, {"table": 4}]
+    requested = AuditEvent.objects.get(event_type="mcplet.approval.rerun_requested")
+    assert (requested.actor_id, requested.trace_id) == (admin_user.username, "ctx-r")
+    assert requested.details["rerun_of"] == first.token[:8]
+    assert requested.details["ceremony"] == rerun.token[:8]
+    executed = AuditEvent.objects.filter(event_type="TOOL_EXECUTED", target_tool=slow_tool)
+    assert [e.details.get("rerun_of") for e in executed.order_by("timestamp")] == [
+        None,
+        first.token[:8],
+    ]
+    # Once a re-run ran, neither attempt may be run again.
+    with pytest.raises(Refused, match="already ran"):
+        first.run_again(admin_user)
+    assert len(calls(slow_tool)) == 2
 
 
 # --- a pool that does not exist (issue 14, reproduction 3) -------------------------------------
