@@ -87,7 +87,9 @@ class AgentAdmin(admin.ModelAdmin):
             )
         return super().formfield_for_manytomany(db_field, request, **kwargs)
 
-    @admin.action(description="Refresh the cards of the selected remote agents")
+    @admin.action(
+        description="Refresh the cards of the selected remote agents", permissions=["change"]
+    )
     def refresh_cards(self, request, queryset):
         for agent in queryset.filter(kind=Agent.Kind.REMOTE):
             try:
