@@ -12,6 +12,7 @@ import pytest
 
 from a2a import bus, outbound
 from a2a.models import A2AMessage
+from agents import runner
 from agents.models import Agent, AgentRun
 from mcplet_host import audit
 from mcplet_host.models import AuditEvent
@@ -122,6 +123,34 @@ def test_the_director_targets_a_remote_agent_like_an_internal_one(peer, registry
     assert response["payload"]["result"]["received"]["payload"]["parameters"] == {
         "instruction": "tomorrow?"
     }
+
+
+def test_a_redelivered_run_follows_the_remote_task_it_already_sent(peer, registry, director):
+    """A worker that dies after SendMessage: the next one finds the remote task in the run and
+    only follows it (GetTask), so the remote agent is not sent the request twice."""
+    oracle = remote(peer)
+    oracle.enabled = False  # the first delivery is refused, so the run is ours to drive
+    oracle.save()
+    request = bus.send_task("director", "weather-oracle", {"n": 1})
+    A2AMessage.objects.filter(reply_to=request.message_id).delete()
+    message = {
+        "messageId": "earlier",
+        "contextId": str(request.context_id),
+        "role": "ROLE_USER",
+        "parts": [{"data": {"sent": "before the crash"}}],
+    }
+    url, credentials = outbound.jsonrpc_url(oracle.remote_card), oracle.credentials
+    task = outbound.send_message(url, credentials, message)["task"]
+    run = runner.start(request, oracle)
+    run.transcript = [task]
+    run.save()
+
+    runner.advance(run.pk)
+
+    run.refresh_from_db()
+    assert run.status == "success"
+    assert run.result["received"] == {"sent": "before the crash"}  # that task's answer
+    assert not AuditEvent.objects.filter(event_type="a2a.remote.sent").exists()
 
 
 def test_wrong_credentials_are_a_clear_error_and_nothing_is_handed_off(peer, registry, director):
