@@ -5,12 +5,17 @@ from django.utils.html import format_html
 from django_celery_beat import admin as beat_admin
 from django_celery_beat.models import PeriodicTask
 
+from a2a import outbound
 from agents import runner
+from agents.forms import AgentForm
 from agents.models import Agent, AgentRun
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
+    actions = ["refresh_cards"]
+    readonly_fields = ["remote_card_json", "card_fetched_at"]
     list_display = [
         "agent_id",
         "display_name",
@@ -58,6 +63,10 @@ class AgentAdmin(admin.ModelAdmin):
             {"fields": ["callable_agents"]},
         ),
         (
+            "Remote A2A agent (kind = remote): its card is fetched on every save",
+            {"fields": ["card_url", "credentials", "remote_card_json", "card_fetched_at"]},
+        ),
+        (
             "A2A card (spec §18.2)",
             {"fields": ["input_schema", "output_schema"], "classes": ["collapse"]},
         ),
@@ -73,8 +82,23 @@ class AgentAdmin(admin.ModelAdmin):
 
     def formfield_for_manytomany(self, db_field, request, **kwargs):
         if db_field.name == "callable_agents":  # a partner calls internal agents only (§16.4)
-            kwargs["queryset"] = Agent.objects.exclude(kind=Agent.Kind.EXTERNAL)
+            kwargs["queryset"] = Agent.objects.exclude(
+                kind__in=[Agent.Kind.EXTERNAL, Agent.Kind.REMOTE]
+            )
         return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+    @admin.action(
+        description="Refresh the cards of the selected remote agents", permissions=["change"]
+    )
+    def refresh_cards(self, request, queryset):
+        for agent in queryset.filter(kind=Agent.Kind.REMOTE):
+            try:
+                agent.refresh_card()
+            except outbound.RemoteError as exc:
+                self.message_user(request, f"{agent}: {exc}.", messages.ERROR)
+            else:
+                agent.save(update_fields=["remote_card", "card_fetched_at"])
+                self.message_user(request, f"{agent}: card refreshed.", messages.SUCCESS)
 
     @admin.display(description="accessible pools")
     def granted_pools(self, obj):
@@ -183,3 +207,4 @@ def _pretty(field, label):
 
 for _field in ("parameters", "transcript", "actions", "result", "error"):
     setattr(AgentRunAdmin, f"{_field}_json", _pretty(_field, _field))
+AgentAdmin.remote_card_json = _pretty("remote_card", "its card")

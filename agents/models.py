@@ -3,6 +3,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -11,21 +12,25 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
+from a2a import outbound
 from a2a.models import A2AMessage
 from a2a.schemas import json_path
 from mcplet_host.authority import Authority
 from passkey.models import Ceremony
-from pools.models import Pool
+from pools.fields import SealedJSONField
+from pools.models import Pool, validate_http_url
 
 
 class Agent(models.Model):
-    """An internal, Director or external (partner) agent. Every kind is granted pools the same
-    way: `accessible_pools` is the grant table of spec §3.4, §3.6 and §16.1."""
+    """An internal, Director or external (partner) agent, or a remote A2A agent ours call. Every
+    kind but remote is granted pools the same way: `accessible_pools` is the grant table of spec
+    §3.4, §3.6 and §16.1. A remote agent holds none: being called gives it nothing of ours."""
 
     class Kind(models.TextChoices):
         INTERNAL = "internal"
         DIRECTOR = "director"
         EXTERNAL = "external", "external (partner)"
+        REMOTE = "remote", "remote A2A agent"
 
     agent_id = models.SlugField(
         max_length=100, unique=True, help_text="The A2A agentId, e.g. info-gathering-agent."
@@ -140,6 +145,24 @@ class Agent(models.Model):
         null=True, blank=True, editable=False, help_text="Partner: the card it last advertised."
     )
 
+    # A remote A2A agent (kind = remote): our agents hand off to it over A2A JSON-RPC.
+    card_url = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[validate_http_url],
+        help_text="Remote: its agent card, e.g. https://agents.example/.well-known/agent-card.json "
+        "(or the agent's base URL).",
+    )
+    credentials = SealedJSONField(
+        default=dict,
+        blank=True,
+        help_text="Remote: request headers sent to it, e.g. Authorization (stored sealed).",
+    )
+    remote_card = models.JSONField(
+        null=True, blank=True, editable=False, help_text="Remote: its card, as last fetched."
+    )
+    card_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -152,6 +175,27 @@ class Agent(models.Model):
     @property
     def is_internal(self):
         return self.kind in (self.Kind.INTERNAL, self.Kind.DIRECTOR)
+
+    @property
+    def on_bus(self):
+        """It sends and receives tasks on the local bus: ours, and the remote agents operators
+        registered (the host calls them, and posts their answers itself)."""
+        return self.is_internal or self.kind == self.Kind.REMOTE
+
+    def clean(self):
+        if self.kind == self.Kind.REMOTE and not self.card_url:
+            raise ValidationError({"card_url": "A remote agent needs the URL of its card."})
+        if not isinstance(self.credentials, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.credentials.items()
+        ):
+            raise ValidationError({"credentials": "Give header names and string values."})
+
+    def refresh_card(self):
+        """Fetch a remote agent's card (outbound.RemoteError if it cannot be had), unsaved."""
+        card = outbound.fetch_card(self.card_url, self.credentials)
+        outbound.jsonrpc_url(card)  # a card we could never call is refused now
+        self.remote_card, self.card_fetched_at = card, timezone.now()
+        return card
 
     def schedule_cron(self, expression):
         """Run this Director on a cron schedule ("minute hour day month weekday", in TIME_ZONE),

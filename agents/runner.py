@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from a2a import bus
-from agents import llm
+from agents import llm, remote
 from agents.models import AgentRun
 from mcplet_host import audit, gateway
 from passkey.models import Ceremony
@@ -43,7 +43,7 @@ def start(request, agent):
             "provenance": request.provenance,
             "context_id": str(request.context_id),
             "parameters": request.parameters,
-            "transcript": _opening(agent, request),
+            "transcript": [] if agent.kind == agent.Kind.REMOTE else _opening(agent, request),
         },
     )
     return run
@@ -74,7 +74,10 @@ def advance(run_id):
         if not run.claim(owner):
             return run  # finished, waiting, or another worker holds it
         try:
-            if run.agent.handler:
+            if run.agent.kind == run.agent.Kind.REMOTE:
+                status, outcome = remote.RemoteCall(run).outcome()
+                finish(run, status, **outcome)
+            elif run.agent.handler:
                 import_string(run.agent.handler)(run).advance()
             else:
                 Loop(run).advance()

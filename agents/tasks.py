@@ -24,11 +24,9 @@ def deliver(message_id, signature):
     if not reason:
         sender = Agent.objects.filter(agent_id=request.sender_id).first()
         recipient = Agent.objects.filter(agent_id=request.recipient_id).first()
-        if not request.external and (
-            sender is None or not sender.is_internal or not sender.enabled
-        ):
+        if not request.external and (sender is None or not sender.on_bus or not sender.enabled):
             reason = f"the sender {request.sender_id!r} is not a registered internal agent"
-        elif recipient is None or not recipient.is_internal:
+        elif recipient is None or not recipient.on_bus:
             reason = f"the recipient {request.recipient_id!r} is not an agent of this host"
         elif not recipient.enabled:
             reason = f"the recipient {request.recipient_id!r} is disabled"

@@ -6,9 +6,11 @@ import fcntl
 import json
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
-from tests.processes import ROOT, stop
+from a2a import outbound
+from tests.processes import ROOT, free_port, stop, wait_until
 
 VERSION = "1.3.0"
 REQUIREMENTS = [f"a2a-sdk[http-server]=={VERSION}", "uvicorn==0.54.0"]
@@ -70,3 +72,26 @@ class Client:
     def close(self):
         self.process.stdin.close()
         stop(self.process)
+
+
+@contextmanager
+def server(token):
+    """tests/a2a_sdk/server.py, a remote agent answering `Authorization: Bearer <token>`,
+    serving; yields its base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [python(), "-I", str(HERE / "server.py"), str(port), token], stdout=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def serving():
+        try:
+            return bool(outbound.fetch_card(base, {}))
+        except outbound.RemoteError:
+            return False
+
+    try:
+        wait_until(serving, "the SDK server", process)
+        yield base
+    finally:
+        stop(process)
