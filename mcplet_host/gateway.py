@@ -680,14 +680,16 @@ def abandon(ceremony_id):
 
 def _settle(ceremony, status, envelope):
     """Record an executing call's end, once (a late worker and `abandon` may race): None if it
-    had already ended."""
-    now = timezone.now()
-    settled = Ceremony.objects.filter(pk=ceremony.pk, status=Ceremony.Status.EXECUTING).update(
-        status=status, result=envelope, executed_at=now
-    )
-    if not settled:
-        return None
-    ceremony.status, ceremony.result, ceremony.executed_at = status, envelope, now
+    had already ended. Saved, not updated in place: the ceremony's receivers (the dashboard's
+    live approvals, the loopback page) hear of the end."""
+    with transaction.atomic():
+        executing = Ceremony.objects.select_for_update().filter(
+            pk=ceremony.pk, status=Ceremony.Status.EXECUTING
+        )
+        if not list(executing.values_list("pk", flat=True)):
+            return None
+        ceremony.status, ceremony.result, ceremony.executed_at = status, envelope, timezone.now()
+        ceremony.save(update_fields=["status", "result", "executed_at"])
     return _finish(ceremony)
 
 

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.core.cache import cache
 from django.db import connection
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from mcplet_host import gateway
@@ -288,6 +289,24 @@ def test_approved_strict_call_runs_once_with_the_assertion_in_meta_only(
     assert kinds[-3:] == ["mcplet.approval.requested", "PERMISSION_GRANTED", "TOOL_EXECUTED"]
     assert AuditEvent.objects.get(event_type="PERMISSION_GRANTED").actor_id == admin_user.username
     assert_nowhere_in_database(ASSERTION["signature"])
+
+
+def test_a_calls_end_is_heard_by_the_ceremonys_receivers(registry, calls, admin_user):
+    """The dashboard's live approvals and the loopback page learn of the end from post_save: an
+    end written in place left the approvals page at "Executing" after the e-mails had left."""
+    ceremony = hold_email(registry)
+    ceremony.approve(admin_user, assertion=ASSERTION)
+    heard = []
+
+    def receiver(sender, instance, **kwargs):
+        heard.append(instance.status)
+
+    post_save.connect(receiver, sender=Ceremony)
+    try:
+        gateway.resume(ceremony.pk)
+    finally:
+        post_save.disconnect(receiver, sender=Ceremony)
+    assert heard[-1] == Ceremony.Status.EXECUTED and len(calls("send_email")) == 1
 
 
 def assert_nowhere_in_database(secret):
