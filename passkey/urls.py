@@ -17,5 +17,6 @@ urlpatterns = [
     path("passkey/ceremonies/<str:token>/assertion/", views.assertion, name="assertion"),
     path("passkey/ceremonies/<str:token>/reject/", views.reject, name="reject"),
     path("passkey/ceremonies/<str:token>/step/", views.step, name="step"),
+    path("passkey/ceremonies/<str:token>/answer/", views.answer, name="answer"),
     path("auth/verify-assertion", views.verify_assertion, name="verify-assertion"),
 ]
