@@ -9,53 +9,14 @@ import time
 import pytest
 from django.test import Client
 
-from agents.models import Agent
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from mcplets.examples.programmable import stdio_params, write_spec
 from passkey.models import Ceremony
-from pools.discovery import discover
-from pools.models import McpServer, Pool
-from tests.conftest import entry
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the call waits in its own thread
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "email": {"type": "string", "format": "email", "title": "Contact e-mail"},
-        "guests": {"type": "integer", "minimum": 1, "maximum": 12},
-        "seating": {"type": "string", "enum": ["inside", "terrace"]},
-        "vegetarian": {"type": "boolean"},
-    },
-    "required": ["email", "guests"],
-}
-ASK = {"message": "Who should the restaurant contact?", "requestedSchema": SCHEMA}
 AUTHORITY = Authority("partner-bot", ("director",))
-
-
-@pytest.fixture
-def serve(tmp_path, calls):
-    """A stdio server whose `book_table` asks a form during the call; returns its agent."""
-
-    def start(ask=ASK):
-        tools = [entry("book_table", pool="bistro-pool") | {"elicit": ask}]
-        command, args = stdio_params(
-            write_spec(tmp_path / "tools.json", tools), calls_log=calls.path
-        )
-        server = McpServer.objects.create(
-            name="bistro", transport="stdio", command=command, args=args
-        )
-        pool = Pool.objects.create(name="bistro-pool")
-        discover(server)
-        partner = Agent.objects.create(agent_id="partner-bot", display_name="P", kind="external")
-        partner.accessible_pools.set([pool])
-        agent = Agent.objects.create(agent_id="planning-agent", display_name="Planning")
-        agent.accessible_pools.set([pool])
-        return agent
-
-    return start
 
 
 class Call(threading.Thread):
@@ -102,8 +63,8 @@ def elicited(calls):
 ANSWER = {"action": "accept", "email": "kim@example.kr", "guests": "4", "seating": "terrace"}
 
 
-def test_a_persons_answer_reaches_the_server(serve, calls, approver_client):
-    call = Call(serve())
+def test_a_persons_answer_reaches_the_server(asking_server, calls, approver_client):
+    call = Call(asking_server())
     form = held_form(call)
 
     page = approver_client.get(form.get_absolute_url())
@@ -140,9 +101,9 @@ def test_a_persons_answer_reaches_the_server(serve, calls, approver_client):
     assert "kim@example.kr" not in str(answered)  # field names only, never the values
 
 
-def test_nobody_answering_in_time_declines(serve, calls, settings):
+def test_nobody_answering_in_time_declines(asking_server, calls, settings):
     settings.MCPLET_ELICITATION_WAIT = 1
-    call = Call(serve())
+    call = Call(asking_server())
     assert call.result() == {"elicited": {"action": "decline"}}
     assert elicited(calls) == [{"action": "decline"}]
     form = Ceremony.objects.get(kind=Ceremony.Kind.FORM)
@@ -151,9 +112,9 @@ def test_nobody_answering_in_time_declines(serve, calls, settings):
 
 
 def test_refused_answers_leave_the_form_waiting_then_the_person_declines(
-    serve, calls, approver, approver_client, django_user_model
+    asking_server, calls, approver, approver_client, django_user_model
 ):
-    call = Call(serve())
+    call = Call(asking_server())
     form = held_form(call)
     url = f"{form.get_absolute_url()}answer/"
 
@@ -189,8 +150,8 @@ def test_refused_answers_leave_the_form_waiting_then_the_person_declines(
         {"type": "object", "properties": {"name": {"type": "string", "default": "a\u0000b"}}},
     ],
 )
-def test_a_form_the_host_cannot_show_is_declined_unasked(serve, calls, schema):
-    call = Call(serve({"message": "Tell me", "requestedSchema": schema}))
+def test_a_form_the_host_cannot_show_is_declined_unasked(asking_server, calls, schema):
+    call = Call(asking_server({"message": "Tell me", "requestedSchema": schema}))
     assert call.result() == {"elicited": {"action": "decline"}}
     assert not Ceremony.objects.filter(kind=Ceremony.Kind.FORM).exists()
     (declined,) = events("mcplet.elicitation.declined")
