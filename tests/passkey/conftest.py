@@ -171,8 +171,8 @@ def asking_server(tmp_path, calls):
     """A stdio server whose `book_table` asks a form (`ask`, default ASK) during the call, its
     pool granted to a partner and an agent; returns the agent."""
 
-    def start(ask=ASK):
-        tools = [entry("book_table", pool="bistro-pool") | {"elicit": ask}]
+    def start(ask=ASK, *others):
+        tools = [entry("book_table", pool="bistro-pool") | {"elicit": ask}, *others]
         command, args = stdio_params(
             write_spec(tmp_path / "tools.json", tools), calls_log=calls.path
         )

@@ -13,6 +13,8 @@ from mcplet_host import gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
 from passkey.models import Ceremony
+from tests.conftest import entry
+from tests.passkey.conftest import ASK
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the call waits in its own thread
 
@@ -22,9 +24,9 @@ AUTHORITY = Authority("partner-bot", ("director",))
 class Call(threading.Thread):
     """The agent's call, waiting in a worker thread as it would in Celery."""
 
-    def __init__(self, agent):
+    def __init__(self, agent, tool="book_table"):
         super().__init__(daemon=True)
-        self.agent, self.outcome = agent, None
+        self.agent, self.tool, self.outcome = agent, tool, None
         self.start()
 
     def run(self):
@@ -32,7 +34,7 @@ class Call(threading.Thread):
 
         try:
             self.outcome = gateway.call_tool(
-                self.agent, "book_table", {"day": "friday"}, trace="ctx-form", authority=AUTHORITY
+                self.agent, self.tool, {"day": "friday"}, trace="ctx-form", authority=AUTHORITY
             )
         finally:
             connections.close_all()
@@ -156,3 +158,31 @@ def test_a_form_the_host_cannot_show_is_declined_unasked(asking_server, calls, s
     assert not Ceremony.objects.filter(kind=Ceremony.Kind.FORM).exists()
     (declined,) = events("mcplet.elicitation.declined")
     assert declined["agent"] == "planning-agent" and declined["reason"]
+
+
+def test_the_persons_time_is_not_counted_in_the_calls_timeout(
+    asking_server, calls, approver_client, settings
+):
+    agent = asking_server(ASK, entry("site_stats", pool="bistro-pool"))
+    Call(agent, "site_stats").result()  # the session is open: the timeout is the call's own
+    settings.MCPLET_TOOL_TIMEOUT = 1
+    call = Call(agent)
+    form = held_form(call)
+    time.sleep(2)  # longer than the call may take by itself
+    approver_client.post(f"{form.get_absolute_url()}answer/", {"action": "decline"})
+    assert call.result() == {"elicited": {"action": "decline"}}
+
+
+def test_a_form_asked_while_several_calls_are_in_flight_is_declined(asking_server, calls):
+    slow = entry("slow_stats", pool="bistro-pool") | {"sleep": 4}
+    agent = asking_server(ASK, slow)
+    other = Call(agent, "slow_stats")
+    while not calls("slow_stats"):  # it runs on the same session
+        time.sleep(0.05)
+    call = Call(agent)
+    # Which call the request is for cannot be told: nobody is asked, the server is declined.
+    assert call.result() == {"elicited": {"action": "decline"}}
+    assert other.result() == {"ok": True, "tool": "slow_stats", "arguments": {"day": "friday"}}
+    assert not Ceremony.objects.filter(kind=Ceremony.Kind.FORM).exists()
+    reasons = [e["reason"] for e in events("mcplet.elicitation.declined")]
+    assert reasons == ["several calls in flight on the session"] * 2  # told on either call
