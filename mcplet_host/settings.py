@@ -209,7 +209,7 @@ MCPLET_TOOL_RETRIES = env_int("MCPLET_TOOL_RETRIES", 2, minimum=0)
 MCPLET_TOOL_RETRY_MAX_WAIT_MS = env_int("MCPLET_TOOL_RETRY_MAX_WAIT_MS", 5000, minimum=0)
 # How long a server's form elicitation (`elicitation/create` during a call) waits for a person
 # before the host declines it. The worker thread and the server's MCP session wait that long.
-MCPLET_ELICITATION_WAIT = env_int("MCPLET_ELICITATION_WAIT", 300, minimum=1)
+MCPLET_ELICITATION_WAIT = env_int("MCPLET_ELICITATION_WAIT", 120, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = VAR_DIR / "mail"

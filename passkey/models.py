@@ -654,6 +654,8 @@ class Ceremony(models.Model):
             ceremony = Ceremony.objects.select_for_update().get(pk=self.pk)
             if ceremony.status != self.Status.PENDING or ceremony.is_overdue:
                 return False
+            if ceremony.kind == self.Kind.FORM:
+                return False  # answered on its form, never approved into a call that runs
             if assertion is not None:
                 cache.set(self.assertion_key, assertion, ASSERTION_CACHE_TTL)
             ceremony.status, ceremony.decided_by = self.Status.APPROVED, user

@@ -135,6 +135,7 @@ def test_refused_answers_leave_the_form_waiting_then_the_person_declines(
     assert approver_client.post(url, {"action": "answer-for-me"}).status_code == 400
     refused = [e["reason"] for e in events("mcplet.passkey.refused") if e["stage"] == "answer"]
     assert sorted(refused) == ["malformed"] * 2 + ["not_an_approver"] * 2
+    assert not form.approve(approver)  # a form is answered, never approved into a call
     form.refresh_from_db()
     assert form.status == Ceremony.Status.PENDING
     assert elicited(calls) == []  # the server heard nothing yet
