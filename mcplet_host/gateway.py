@@ -24,6 +24,7 @@ from mcplet_host import audit, storable
 from mcplet_host.authority import HOST
 from mcplets import ErrorCode, error, ok, recovery_hints
 from mcplets.envelope import RECOVERY_FIELDS
+from passkey.forms import schema_problem
 from passkey.models import Ceremony, arguments_hash
 from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
@@ -346,10 +347,56 @@ def _actor(agent_id, authority):
     return actor, authority.audit_details()
 
 
-def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
+class FormAsker:
+    """Takes a server's form request (`elicitation/create`, form mode) made during the call
+    `mcplet(arguments)` to a person: a form ceremony naming the call in flight (its tool, agent
+    and Authority, from `held`), answered on its page within MCPLET_ELICITATION_WAIT seconds,
+    or declined. An LLM never answers. Runs in a worker thread while the call waits."""
+
+    def __init__(self, mcplet, arguments, held):
+        self.mcplet, self.arguments, self.held = mcplet, arguments, held
+        self.wait = settings.MCPLET_ELICITATION_WAIT
+
+    def ask(self, message, schema):
+        message = message if isinstance(message, str) else ""
+        problem = schema_problem(schema)
+        if problem is None and (bad := storable.problem([message, schema])) is not None:
+            problem = f"the request cannot be stored ({bad[1]})"
+        if problem is not None:
+            self.refuse(problem)
+            return {"action": "decline"}
+        ceremony = Ceremony.open_form(
+            mcplet=self.mcplet,
+            arguments=self.arguments,
+            message=message[:2000],
+            schema=schema,
+            **self.held,
+        )
+        self._audit("mcplet.elicitation.requested", audit.PENDING, ceremony=ceremony.token[:8])
+        return ceremony.wait_for_answer()
+
+    def refuse(self, reason):
+        self._audit("mcplet.elicitation.declined", audit.BLOCKED, reason=reason)
+
+    def _audit(self, event, result, **details):
+        authority = self.held["authority"]
+        audit.record(
+            event,
+            actor_type=audit.ActorType.SYSTEM,
+            actor_id=f"server:{self.mcplet.server.name}",
+            target_server=self.mcplet.server.name,
+            target_tool=self.mcplet.name,
+            result=result,
+            trace_id=self.held["trace_id"],
+            details={"agent": self.held["agent_id"], **authority.audit_details(), **details},
+        )
+
+
+def _execute(mcplet, arguments, *, actor, details, trace, meta=None, held=None):
     """Steps 7–9: tools/call with a timeout, the result envelope, the audit event. A held call
     (`meta` carries its idempotency key) whose request left but got no answer is outcome-unknown:
-    not retryable, and the host never sends it again.
+    not retryable, and the host never sends it again. The server's form requests during the
+    call go to a person (FormAsker) on behalf of `held` (who asks, as for Ceremony.open).
 
     Returns (envelope, the MGP recovery hints the server itself sent with its error)."""
     started = time.monotonic()
@@ -372,6 +419,7 @@ def _execute(mcplet, arguments, *, actor, details, trace, meta=None):
                 arguments,
                 meta=meta,
                 timeout=settings.MCPLET_TOOL_TIMEOUT,
+                asker=FormAsker(mcplet, arguments, held) if held is not None else None,
             )
         except OutcomeUnknown as exc:
             held = meta is not None
@@ -441,10 +489,12 @@ def _retry_wait(mcplet, told, attempt):
     return wait if wait <= settings.MCPLET_TOOL_RETRY_MAX_WAIT_MS else None
 
 
-def _execute_with_retries(mcplet, arguments, *, actor, details, trace):
+def _execute_with_retries(mcplet, arguments, *, actor, details, trace, held):
     """`_execute`, tried again as the server's hints allow, each retry audited."""
     for attempt in itertools.count(1):
-        envelope, told = _execute(mcplet, arguments, actor=actor, details=details, trace=trace)
+        envelope, told = _execute(
+            mcplet, arguments, actor=actor, details=details, trace=trace, held=held
+        )
         wait = _retry_wait(mcplet, told, attempt) if "error" in envelope else None
         if wait is None:
             return envelope
@@ -545,13 +595,15 @@ def call_tool(
             )
         return Outcome("pending", ceremony=ceremony)
 
-    envelope = _execute_with_retries(mcplet, arguments, actor=actor, details=details, trace=trace)
-    steps = _steps(envelope)
-    if not steps:
-        return Outcome("executed", envelope)
     held = _held(
         agent.agent_id, authority, proposed_by_model, trace, surface, continuation, continuation_ref
     )
+    envelope = _execute_with_retries(
+        mcplet, arguments, actor=actor, details=details, trace=trace, held=held
+    )
+    steps = _steps(envelope)
+    if not steps:
+        return Outcome("executed", envelope)
     return Outcome("pending", ceremony=_hold_step_up(mcplet, arguments, envelope, held))
 
 
@@ -775,7 +827,13 @@ def _run_approved(ceremony):
     if ceremony.enforcement == Ceremony.Enforcement.STRICT:
         meta["mcplet_auth"] = assertion  # params._meta only: never arguments, logs or database
     envelope, _ = _execute(
-        mcplet, ceremony.arguments, actor=actor, details=details, trace=ceremony.trace_id, meta=meta
+        mcplet,
+        ceremony.arguments,
+        actor=actor,
+        details=details,
+        trace=ceremony.trace_id,
+        meta=meta,
+        held=_held_like(ceremony),
     )
     return envelope
 

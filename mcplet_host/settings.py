@@ -216,6 +216,9 @@ MCPLET_RUN_LEASE = env_int("MCPLET_RUN_LEASE", 300, minimum=5)
 # Beat's recovery (agents.recover, mcplet_host.recover_calls) queues again work untouched this
 # long whose task was lost: a worker killed, the broker's data lost.
 MCPLET_RECOVERY_GRACE = env_int("MCPLET_RECOVERY_GRACE", 60, minimum=1)
+# How long a server's form elicitation (`elicitation/create` during a call) waits for a person
+# before the host declines it. The worker thread and the server's MCP session wait that long.
+MCPLET_ELICITATION_WAIT = env_int("MCPLET_ELICITATION_WAIT", 120, minimum=1)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
 EMAIL_FILE_PATH = VAR_DIR / "mail"

@@ -355,6 +355,9 @@ class Ceremony(models.Model):
         # A call its server answered with a step-up (MCP URL mode, PWMA -32042): a person
         # completes it on the server's side, then the host sends the same call again, once.
         STEP_UP = "step_up", "a tool call waiting for a person's step on the server's side"
+        # A server's `elicitation/create` (form mode) during a call: the worker running the call
+        # waits (MCPLET_ELICITATION_WAIT) for a person's answer; no task runs on a decision.
+        FORM = "form", "a form a server asks a person to fill in during a call"
 
     FINAL = (
         Status.EXECUTED,
@@ -514,6 +517,74 @@ class Ceremony(models.Model):
         )
 
     @classmethod
+    def open_form(cls, *, mcplet, arguments, message, schema, **held):
+        """Hold a server's form request made during the call `mcplet(arguments)` (`held`: who
+        asks, as for `open`) until a person answers, at most MCPLET_ELICITATION_WAIT seconds."""
+        held |= {"continuation": "", "continuation_ref": ""}  # the waiting worker reads it
+        ceremony = cls.open(mcplet=mcplet, arguments=arguments, **held)
+        ceremony.kind, ceremony.prompt_message = cls.Kind.FORM, message
+        ceremony.elicitations = [{"mode": "form", "message": message, "requestedSchema": schema}]
+        ceremony.enforcement = cls.Enforcement.HOST_ONLY
+        wait = timedelta(seconds=settings.MCPLET_ELICITATION_WAIT)
+        ceremony.expires_at = timezone.now() + wait
+        ceremony.save(
+            update_fields=["kind", "prompt_message", "elicitations", "enforcement", "expires_at"]
+        )
+        return ceremony
+
+    @property
+    def requested_schema(self):
+        return self.elicitations[0]["requestedSchema"] if self.kind == self.Kind.FORM else None
+
+    def answer_form(self, user, action, content=None):
+        """A person's answer to a form: `accept` with the validated `content`, `decline` or
+        `cancel`. False if it is no longer waiting (answered, expired)."""
+        with transaction.atomic():
+            ceremony = Ceremony.objects.select_for_update().get(pk=self.pk)
+            if ceremony.status != self.Status.PENDING or ceremony.is_overdue:
+                return False
+            accepted = action == "accept"
+            ceremony.status = self.Status.EXECUTED if accepted else self.Status.REJECTED
+            ceremony.decided_by, ceremony.decided_at = user, timezone.now()
+            ceremony.result = {"action": action, **({"content": content} if accepted else {})}
+            ceremony.save(update_fields=["status", "decided_by", "decided_at", "result"])
+            ceremony._audit_form(action)
+        self.refresh_from_db()
+        return True
+
+    def wait_for_answer(self, poll=0.25):
+        """Block until a person answers or the form expires (then it is declined, audited):
+        the MCP `ElicitResult` content, e.g. {"action": "accept", "content": {...}}."""
+        while timezone.now() < self.expires_at:
+            self.refresh_from_db(fields=["status", "result"])
+            if self.status != self.Status.PENDING:
+                return self.result or {"action": "decline"}
+            time.sleep(poll)
+        self.decline(self.Status.EXPIRED)
+        self.refresh_from_db(fields=["status", "result"])
+        return self.result or {"action": "decline"}
+
+    def _audit_form(self, action):
+        user = self.decided_by
+        audit.record(
+            "mcplet.elicitation.answered" if user else "mcplet.elicitation.expired",
+            actor_type=audit.ActorType.USER if user else audit.ActorType.SYSTEM,
+            actor_id=user.get_username() if user else "",
+            target_server=self.server_name,
+            target_tool=self.tool_name,
+            result=audit.SUCCESS if action == "accept" else audit.BLOCKED,
+            trace_id=self.trace_id,
+            # The answer's field names, never its values (they may be personal data).
+            details={
+                "ceremony": self.token[:8],
+                "action": action,
+                "agent": self.agent_id,
+                "fields": sorted((self.result or {}).get("content") or {}),
+                **self.authority.audit_details(),
+            },
+        )
+
+    @classmethod
     def elicitation_completed(cls, server_id, elicitation_id):
         """The server `server_id` says the step `elicitation_id` is done: complete the step-ups
         that wait for it (any process's session may have heard it)."""
@@ -616,6 +687,8 @@ class Ceremony(models.Model):
             ceremony = Ceremony.objects.select_for_update().get(pk=self.pk)
             if ceremony.status != self.Status.PENDING or ceremony.is_overdue:
                 return False
+            if ceremony.kind == self.Kind.FORM:
+                return False  # answered on its form, never approved into a call that runs
             if assertion is not None:
                 cache.set(self.assertion_key, assertion, ASSERTION_CACHE_TTL)
             ceremony.status, ceremony.decided_by = self.Status.APPROVED, user
@@ -642,7 +715,12 @@ class Ceremony(models.Model):
 
     def _after_decision(self):
         """A tool call goes to the gateway to run (or be refused) once; a result is settled here
-        and its continuation told."""
+        and its continuation told; a form's worker reads its answer (an expired one declines)."""
+        if self.kind == self.Kind.FORM:
+            self.result = {"action": "decline"}
+            self.save(update_fields=["result"])
+            self._audit_form("decline")
+            return
         if self.kind != self.Kind.RESULT:
             transaction.on_commit(lambda: enqueue(RESUME_TASK, [self.pk]))
             return

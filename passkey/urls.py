@@ -18,5 +18,6 @@ urlpatterns = [
     path("passkey/ceremonies/<str:token>/reject/", views.reject, name="reject"),
     path("passkey/ceremonies/<str:token>/step/", views.step, name="step"),
     path("passkey/ceremonies/<str:token>/run-again/", views.run_again, name="run-again"),
+    path("passkey/ceremonies/<str:token>/answer/", views.answer, name="answer"),
     path("auth/verify-assertion", views.verify_assertion, name="verify-assertion"),
 ]

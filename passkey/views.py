@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from mcplet_host import storable
 from passkey import assertions, loopback
 from passkey.assertions import Refused
+from passkey.forms import ElicitationForm
 from passkey.models import (
     APPROVE_PERMISSION,
     BackendToken,
@@ -187,6 +188,8 @@ def ceremony(request, token):
         raise Http404("There is no such approval.")
     if ceremony.kind == Ceremony.Kind.STEP_UP:
         return _step_up(request, ceremony)
+    if ceremony.kind == Ceremony.Kind.FORM:
+        return _form_page(request, ceremony, ElicitationForm(ceremony.requested_schema))
     can_approve = _approval_origin(request) is not None
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
     if pending and not can_approve and (live := loopback.live_url(token)):
@@ -338,6 +341,55 @@ def run_again(request, token):
     except Refused as refusal:
         return _page(request, ceremony, _approval_origin(request) is not None, refusal)
     return redirect(rerun)
+
+
+def _form_page(request, ceremony, form, status=200):
+    """A server's form request: who asks, for which call, the server's message, the form built
+    from its schema, and Send / Decline / Cancel."""
+    context = {
+        "ceremony": ceremony,
+        "state": _state(ceremony),
+        "form": form,
+        "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+    }
+    return render(request, "passkey/form.html", context, status=status)
+
+
+@passkey_page
+@approver_required
+@require_POST
+def answer(request, token):
+    """The person's answer to a form request: `accept` (the form, validated against the
+    server's schema), `decline` or `cancel`; the waiting call hands it to the server."""
+    ceremony = _ceremony(request, token)
+    if ceremony is None or ceremony.kind != Ceremony.Kind.FORM:
+        raise Http404("There is no such form.")
+    action = request.POST.get("action")
+    if action not in ("accept", "decline", "cancel"):
+        return _refused_answer(request, ceremony, assertions.MALFORMED, "Send, decline or cancel.")
+    content = None
+    if action == "accept":
+        form = ElicitationForm(ceremony.requested_schema, request.POST)
+        if not form.is_valid():
+            audit_refusal(
+                "answer",
+                Refused(assertions.MALFORMED, "invalid answer", 400),
+                ceremony=ceremony,
+                user=request.user,
+            )
+            return _form_page(request, ceremony, form, status=400)
+        content = form.content
+    if not ceremony.answer_form(request.user, action, content):
+        return _refused_answer(
+            request, ceremony, assertions.NOT_PENDING, "This form was already answered.", 410
+        )
+    return redirect(ceremony)
+
+
+def _refused_answer(request, ceremony, reason, message, status=400):
+    refusal = Refused(reason, message, status)
+    audit_refusal("answer", refusal, ceremony=ceremony, user=request.user)
+    return _error(refusal)
 
 
 def _loopback_only(request, ceremony, stage):

@@ -164,17 +164,18 @@ def _ssl_context():
     return ssl.create_default_context()
 
 
-async def _decline_elicitation(context, params):
-    """An `elicitation/create` sent while a tool call runs. URL step-ups reach the host as the
-    call's -32042 error, where they are shown to a person; a request made in the middle of a
-    call has no person to answer it yet, so it is declined (never answered by an LLM)."""
+async def decline_elicitation(context, params):
+    """An `elicitation/create` no call of ours can take to a person: declined, never answered
+    by an LLM. (URL step-ups reach the host as the call's -32042 error instead.)"""
     from mcp_types import ElicitResult
 
     return ElicitResult(action="decline")
 
 
 @asynccontextmanager
-async def open_session(config, *, timeout=30.0, message_handler=None):
+async def open_session(
+    config, *, timeout=30.0, message_handler=None, elicitation_callback=decline_elicitation
+):
     """An initialized `ClientSession` to the server; ServerUnreachable if it cannot be opened."""
     import httpx2
     from mcp import ClientSession, StdioServerParameters
@@ -214,8 +215,9 @@ async def open_session(config, *, timeout=30.0, message_handler=None):
                     read_timeout_seconds=timeout,
                     message_handler=message_handler,
                     # Declares elicitation `form` and `url` in initialize (the SDK derives both
-                    # from the callback): servers may then send URL step-ups (-32042).
-                    elicitation_callback=_decline_elicitation,
+                    # from the callback): servers may then send URL step-ups (-32042) and ask
+                    # forms of a person during a call.
+                    elicitation_callback=elicitation_callback,
                 )
             )
             with anyio.fail_after(timeout):

@@ -26,6 +26,46 @@ def _tell(args):
         connections.close_all()  # this thread's own (an eager task may have opened one)
 
 
+def _ask(asker, message, schema):
+    try:
+        return asker.ask(message, schema)
+    finally:
+        connections.close_all()  # this worker thread's own
+
+
+def _refuse(askers, reason):
+    try:
+        for asker in askers:
+            asker.refuse(reason)
+    finally:
+        connections.close_all()
+
+
+class _Call:
+    """One tools/call in flight on a session, with what takes its server's form requests to a
+    person (`asker`: `.ask(message, schema)` → the ElicitResult's fields, `.refuse(reason)`,
+    `.wait` seconds at most), and the time spent waiting for that person, which the call's
+    own timeout does not count."""
+
+    def __init__(self, asker):
+        self.asker = asker
+        self.asking, self.asking_now = 0.0, False
+
+    async def run(self, request, timeout):
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(request)
+        started = loop.time()
+        try:
+            while not task.done():
+                left = started + timeout + self.asking - loop.time()
+                if left <= 0 and not self.asking_now:
+                    raise TimeoutError
+                await asyncio.wait({task}, timeout=max(left, 0.05))
+            return task.result()
+        finally:
+            task.cancel()
+
+
 class _Held:
     """A session kept open by a task that waits until it is told to close."""
 
@@ -33,12 +73,16 @@ class _Held:
         self.config = config
         self.ready = asyncio.get_running_loop().create_future()
         self.closing = asyncio.Event()
+        self.calls = set()
         self.task = asyncio.create_task(self._hold(timeout))
 
     async def _hold(self, timeout):
         try:
             async with open_session(
-                self.config, timeout=timeout, message_handler=self._heard
+                self.config,
+                timeout=timeout,
+                message_handler=self._heard,
+                elicitation_callback=self._elicit,
             ) as session:
                 self.ready.set_result(session)
                 await self.closing.wait()
@@ -55,6 +99,32 @@ class _Held:
         elicitation_id = message.params.elicitation_id
         if isinstance(elicitation_id, str) and 0 < len(elicitation_id) <= 200:
             await asyncio.to_thread(_tell, [self.config.id, elicitation_id])
+
+    async def _elicit(self, context, params):
+        """A server's form request (`elicitation/create`) during a call. The request does not
+        name the call it is for (the SDK's context holds only its own id; over HTTP the related
+        request id only picks the stream it travels on), so it goes to the one call in flight
+        on this session; with several in flight it could be any of them: declined, audited."""
+        from mcp_types import ElicitResult
+
+        calls = [call for call in self.calls if call.asker is not None]
+        if getattr(params, "mode", "form") != "form" or len(calls) != 1 or len(self.calls) != 1:
+            reason = "several calls in flight on the session" if calls else "no call to ask for"
+            if getattr(params, "mode", "form") != "form":
+                reason = "URL steps are taken from the call's -32042 error"
+            await asyncio.to_thread(_refuse, [call.asker for call in calls], reason)
+            return ElicitResult(action="decline")
+        call = calls[0]
+        loop = asyncio.get_running_loop()
+        started, call.asking_now = loop.time(), True
+        try:
+            answer = await asyncio.to_thread(
+                _ask, call.asker, params.message, params.requested_schema
+            )
+        finally:
+            call.asking += loop.time() - started
+            call.asking_now = False
+        return ElicitResult(**answer)
 
     async def close(self):
         self.closing.set()
@@ -78,11 +148,12 @@ class SessionPool:
                 ).start()
             return self._event_loop
 
-    def call_tool(self, config, name, arguments, *, meta=None, timeout=30.0):
+    def call_tool(self, config, name, arguments, *, meta=None, timeout=30.0, asker=None):
         """`tools/call` on the server; raises ServerUnreachable (not reached), or its subclass
-        OutcomeUnknown (sent, then no answer: it may have run)."""
+        OutcomeUnknown (sent, then no answer: it may have run). The server's form requests
+        during the call go to `asker` (see _Call); without one they are declined."""
         future = asyncio.run_coroutine_threadsafe(
-            self._call(config, name, arguments, meta, timeout), self._loop()
+            self._call(config, name, arguments, meta, timeout, asker), self._loop()
         )
         return future.result()
 
@@ -100,20 +171,24 @@ class SessionPool:
             if held is None:
                 held = self._held[config.id] = _Held(config, timeout)
             try:
-                return await held.ready
+                return held, await held.ready
             except Exception:
                 self._held.pop(config.id, None)
                 raise
 
-    async def _call(self, config, name, arguments, meta, timeout):
+    async def _call(self, config, name, arguments, meta, timeout, asker):
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-        session = await self._session(config, timeout)
+        held, session = await self._session(config, timeout)
+        call = _Call(asker)
+        held.calls.add(call)
+        # The SDK's own timeout allows for a person's answer; `run` keeps the call's to `timeout`.
+        read_timeout = timeout + (asker.wait if asker is not None else 0)
         # From here the request may have left: whatever breaks, its outcome is unknown.
         try:
-            return await asyncio.wait_for(
-                session.call_tool(name, arguments, read_timeout_seconds=timeout, meta=meta),
+            return await call.run(
+                session.call_tool(name, arguments, read_timeout_seconds=read_timeout, meta=meta),
                 timeout,
             )
         except TimeoutError:
@@ -136,6 +211,8 @@ class SessionPool:
             raise OutcomeUnknown(
                 f"{config.name}: {describe(exc)} (the outcome is unknown)"
             ) from exc
+        finally:
+            held.calls.discard(call)
 
     async def _drop(self, config):
         held = self._held.pop(config.id, None)

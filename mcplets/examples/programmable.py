@@ -4,8 +4,8 @@
         [--host 127.0.0.1] [--port 8766] [--page-size N] [--calls-log calls.jsonl]
 
 The spec is `{"tools": [...], "resources": {"uri": "text", ...}}`. Each tool entry is published
-as given, minus the server-side keys `resultSchema`, `rawResource`, `result`, `answers` and
-`sleep`;
+as given, minus the server-side keys `resultSchema`, `rawResource`, `result`, `answers`,
+`sleep` and `elicit`;
 `inputSchema` defaults to an empty object schema. Nothing is validated: the server exists to
 feed a host bad tools too. `resultSchema` is served as a §9.4 payload at
 `_meta.mcpletToolResultSchemaUri` (`rawResource`, when given, is served there verbatim instead)
@@ -13,7 +13,9 @@ and `result` is what tools/call returns as `structuredContent`, after `sleep` se
 is logged as soon as it arrives, so a test sees a call that ran while its caller gave up).
 `answers`, when given, answers the n-th call of the tool (per server process) with its n-th item
 (the last one once they run out): `{"result": ...}` as `structuredContent`, or `{"error": {code,
-message, data}}` as a JSON-RPC error.
+message, data}}` as a JSON-RPC error. `elicit` (`{"message", "requestedSchema"}`) makes the call
+ask its client a form (`elicitation/create`) first; the answer is logged (`{"name", "elicited"}`)
+and returned as `{"elicited": {action, content}}`.
 
 tools/list pages by `--page-size` (0: one page). The spec file is polled every 0.1 s; a change
 reloads it and sends `notifications/tools/list_changed` to every connected session (and a
@@ -50,7 +52,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcplets.envelope import utc_timestamp
 from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 
-SERVER_ONLY_KEYS = frozenset({"resultSchema", "rawResource", "result", "answers", "sleep"})
+SERVER_ONLY_KEYS = frozenset(
+    {"resultSchema", "rawResource", "result", "answers", "sleep", "elicit"}
+)
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
 POLL_INTERVAL = 0.1
@@ -219,16 +223,27 @@ class ProgrammableServer:
             result = answer["result"]
         if entry.get("sleep"):
             await anyio.sleep(float(entry["sleep"]))
+        if entry.get("elicit"):
+            answer = await ctx.session.elicit_form(
+                entry["elicit"]["message"],
+                entry["elicit"]["requestedSchema"],
+                related_request_id=ctx.request_id,
+            )
+            elicited = answer.model_dump(mode="json", exclude_none=True, exclude={"meta"})
+            self._log(name=params.name, elicited=elicited)
+            result = {"elicited": elicited}
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(result))], structured_content=result
         )
 
     def _log_call(self, name: str, arguments: Any, meta: Any) -> None:
+        self._log(name=name, arguments=arguments, meta=meta)
+
+    def _log(self, **line: Any) -> None:
         if self.calls_log is None:
             return
-        line = json.dumps({"name": name, "arguments": arguments, "meta": meta})
         with self.calls_log.open("a", encoding="utf-8") as log:
-            log.write(line + "\n")
+            log.write(json.dumps(line) + "\n")
 
     # -- resources
 

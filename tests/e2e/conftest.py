@@ -2,7 +2,11 @@
 
 import pytest
 
-from tests.passkey.conftest import approver, strict_mailer  # noqa: F401 (shared fixtures)
+from tests.passkey.conftest import (  # noqa: F401 (shared fixtures)
+    approver,
+    asking_server,
+    strict_mailer,
+)
 
 
 @pytest.fixture

@@ -6,15 +6,30 @@ from django.contrib.auth.models import Permission
 from django.core.cache import cache
 from django.test import Client
 
+from agents.models import Agent
 from mcplet_host import gateway
+from mcplets.examples.programmable import stdio_params, write_spec
 from passkey import loopback
 from passkey.models import BackendToken
 from pools.discovery import discover
-from pools.models import McpServer
+from pools.models import McpServer, Pool
+from tests.conftest import entry
 from tests.passkey.authenticator import SoftAuthenticator
 
 ORIGIN = "https://approve.example.test"
 RP_ID = "approve.example.test"
+# A server's form request during a call (test_form_elicitation, e2e/test_form_browser).
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string", "format": "email", "title": "Contact e-mail"},
+        "guests": {"type": "integer", "minimum": 1, "maximum": 12},
+        "seating": {"type": "string", "enum": ["inside", "terrace"]},
+        "vegetarian": {"type": "boolean"},
+    },
+    "required": ["email", "guests"],
+}
+ASK = {"message": "Who should the restaurant contact?", "requestedSchema": SCHEMA}
 EMAIL_ARGS = {"to": ["sato@example.jp", "kim@example.kr"], "body": "Free dessert tomorrow!"}
 
 
@@ -149,3 +164,27 @@ def configure(server, verify_url):
 def _close_loopback_pages():
     yield
     loopback.close_all()
+
+
+@pytest.fixture
+def asking_server(tmp_path, calls):
+    """A stdio server whose `book_table` asks a form (`ask`, default ASK) during the call, its
+    pool granted to a partner and an agent; returns the agent."""
+
+    def start(ask=ASK, *others):
+        tools = [entry("book_table", pool="bistro-pool") | {"elicit": ask}, *others]
+        command, args = stdio_params(
+            write_spec(tmp_path / "tools.json", tools), calls_log=calls.path
+        )
+        server = McpServer.objects.create(
+            name="bistro", transport="stdio", command=command, args=args
+        )
+        pool = Pool.objects.create(name="bistro-pool")
+        discover(server)
+        partner = Agent.objects.create(agent_id="partner-bot", display_name="P", kind="external")
+        partner.accessible_pools.set([pool])
+        agent = Agent.objects.create(agent_id="planning-agent", display_name="Planning")
+        agent.accessible_pools.set([pool])
+        return agent
+
+    return start
