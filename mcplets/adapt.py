@@ -22,10 +22,10 @@ from mcplets.adapter.server import (
     UpstreamGone,
     list_upstream_tools,
     log_to_stderr,
-    serve,
     upstream_session,
 )
 from mcplets.adapter.suggest import draft
+from mcplets.serving import serve
 
 
 def parse_args(argv):
@@ -75,7 +75,8 @@ def main(argv=None):
     except ConfigError as exc:
         sys.exit(f"mcplets.adapt: {exc}")
     try:
-        anyio.run(serve, Adapter(config, args.upstream), args.transport, args.host, args.port)
+        adapter = Adapter(config, args.upstream)
+        anyio.run(serve, adapter.server, args.transport, args.host, args.port)
     except* UpstreamGone as gone:
         reason = gone
         while isinstance(reason, BaseExceptionGroup):  # the server's task groups nest it

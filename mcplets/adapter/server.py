@@ -349,23 +349,6 @@ def _result_value(result: types.CallToolResult, text: str) -> Any:
     return {"content": [c.model_dump(mode="json", by_alias=True) for c in result.content]}
 
 
-async def serve(
-    adapter: Adapter, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8767
-) -> None:
-    server = adapter.server
-    if transport == "stdio":
-        from mcp.server.stdio import stdio_server
-
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-        return
-    import uvicorn
-
-    app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
-
-
 def log_to_stderr() -> None:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="mcplet-adapter: %(levelname)s %(message)s"

@@ -32,8 +32,6 @@ import binascii
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +47,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcplets import serving
 from mcplets.envelope import utc_timestamp
 from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 
@@ -312,23 +311,6 @@ def _file_key(path: Path) -> tuple[int, int, int] | None:
 # Running it
 
 
-async def serve(
-    programmable: ProgrammableServer, transport: str, host: str = "127.0.0.1", port: int = 8766
-) -> None:
-    server = programmable.server
-    if transport == "stdio":
-        from mcp.server.stdio import stdio_server
-
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-        return
-    import uvicorn
-
-    app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=Path)
@@ -339,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls-log", type=Path)
     args = parser.parse_args(argv)
     programmable = ProgrammableServer(args.spec, page_size=args.page_size, calls_log=args.calls_log)
-    anyio.run(serve, programmable, args.transport, args.host, args.port)
+    anyio.run(serving.serve, programmable.server, args.transport, args.host, args.port)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,34 +384,11 @@ def serve_http(
 ) -> Iterator[str]:
     """Run the server over streamable HTTP in a child process (on a free port unless `port` is
     given, e.g. to restart a server where it was); yield its `/mcp` URL."""
-    if not port:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+    port = port or serving.free_port()
     command = [sys.executable, *_server_args(spec_path, page_size, calls_log)]
     command += ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(command, cwd=SOURCE_ROOT)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                # uvicorn binds only after the lifespan (and so the spec watcher) has started.
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None:
-                    raise RuntimeError(f"server exited with {process.returncode}") from None
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    with serving.listening(command, port, timeout):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 if __name__ == "__main__":

@@ -22,10 +22,7 @@ import contextlib
 import html
 import json
 import secrets
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +33,10 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from mcplets import register_model_tool, utc_timestamp
+from mcplets import register_model_tool, serving, utc_timestamp
 
 POLICY_DENIED, BAD_REQUEST, INTERACTION_REQUIRED = -32040, -32041, -32042
 MAX_AMOUNT = 500  # the holder's policy: mandates above this are denied outright
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 METADATA = {
     "pwma": "reference-wallet",
@@ -223,32 +219,13 @@ def serve(
 ) -> Iterator[str]:
     """Run the wallet in a child process on a free port; yield its base URL (`/mcp` is the
     MCP endpoint). Its step-ups name `provider_host` (e.g. `localhost`: another domain)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = serving.free_port()
     command = [sys.executable, "-m", "mcplets.examples.pwma_wallet", "--port", str(port)]
     command += ["--provider-url", f"http://{provider_host}:{port}"]
     if calls_log is not None:
         command += ["--calls-log", str(Path(calls_log).resolve())]
-    process = subprocess.Popen(command, cwd=SOURCE_ROOT)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the wallet did not start ({process.poll()})") from None
-                time.sleep(0.05)
+    with serving.listening(command, port, timeout):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 if __name__ == "__main__":
