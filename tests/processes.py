@@ -9,6 +9,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,3 +102,22 @@ def wait_until(predicate, what, process=None, timeout=60):
             raise AssertionError(f"the process exited ({process.returncode}) before {what}")
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    return tmp_path_factory.mktemp("scripts")
+
+
+@pytest.fixture
+def script(scripts, settings):
+    """As tests/conftest.py's, in a folder the host processes know from the start."""
+    import yaml
+
+    settings.MCPLET_SCRIPT_DIRS = [str(scripts)]
+
+    def write(agents, name="test"):
+        (scripts / f"{name}.yaml").write_text(yaml.safe_dump({"agents": agents}))
+        return f"scripted/{name}"
+
+    return write

@@ -11,32 +11,17 @@ import pytest
 from a2a.models import PartnerKey
 from a2a.schemas import validate
 from passkey.models import Ceremony
+from tests import processes
 from tests.a2a.test_standard_bindings import dispatch_script, user_message
 from tests.a2a_sdk import sdk
 from tests.processes import celery_worker, daphne
 
+# Scripts in a folder the module's host processes know from the start.
+script, scripts = processes.script, processes.scripts
+
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 NAMESPACE = f"a2a-streaming-{os.getpid()}"
-
-
-@pytest.fixture(scope="module")
-def scripts(tmp_path_factory):
-    return tmp_path_factory.mktemp("scripts")
-
-
-@pytest.fixture
-def script(scripts, settings):
-    """As tests/conftest.py's, in a folder the host processes know from the start."""
-    import yaml
-
-    settings.MCPLET_SCRIPT_DIRS = [str(scripts)]
-
-    def write(agents, name="test"):
-        (scripts / f"{name}.yaml").write_text(yaml.safe_dump({"agents": agents}))
-        return f"scripted/{name}"
-
-    return write
 
 
 @pytest.fixture(scope="module")

@@ -13,33 +13,18 @@ from playwright.sync_api import expect
 from agents.models import Agent
 from mcplet_host import audit
 from mcplet_host.models import AuditEvent
+from tests import processes
 from tests.browser import outside_the_browser_loop
 from tests.dashboard.conftest import sign_in
 from tests.processes import celery_worker, daphne
+
+# Scripts in a folder the module's host processes know from the start.
+script, scripts = processes.script, processes.scripts
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=30_000)  # a worker's cycle, not a page's render
 
 NAMESPACE = f"dashboard-live-{os.getpid()}"
-
-
-@pytest.fixture(scope="module")
-def scripts(tmp_path_factory):
-    return tmp_path_factory.mktemp("scripts")
-
-
-@pytest.fixture
-def script(scripts, settings):
-    """As tests/conftest.py's, in a folder the host processes know from the start."""
-    import yaml
-
-    settings.MCPLET_SCRIPT_DIRS = [str(scripts)]
-
-    def write(agents, name="test"):
-        (scripts / f"{name}.yaml").write_text(yaml.safe_dump({"agents": agents}))
-        return f"scripted/{name}"
-
-    return write
 
 
 def host_environment(scripts):
