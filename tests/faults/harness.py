@@ -61,8 +61,20 @@ class Service:
         self.name, self.command, self.log, self.env = name, command, log, env or {}
         self.port, self.ready = port, ready
         self.process = None
+        self.lock = threading.RLock()  # the harness's faults and its supervisor
+        self.killed = False  # by a fault, which starts it again itself
+
+    def exited(self):
+        """Ended by itself (not by a fault): a supervisor starts it again."""
+        with self.lock:
+            return not self.killed and self.process is not None and self.process.poll() is not None
 
     def start(self):
+        with self.lock:
+            self._start()
+            self.killed = False
+
+    def _start(self):
         offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "a") as log:
             self.process = subprocess.Popen(
@@ -78,6 +90,11 @@ class Service:
             )
 
     def kill(self):
+        with self.lock:
+            self.killed = True
+            self._kill()
+
+    def _kill(self):
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
@@ -85,6 +102,7 @@ class Service:
             wait_until(lambda: not _listening(self.port), f"{self.name}'s port to close")
 
     def stop(self):
+        self.killed = True
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -92,6 +110,36 @@ class Service:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class Supervisor:
+    """What compose's `restart: unless-stopped` does: a service that ended by itself is started
+    again. A Celery worker ends with code 1 when its broker comes back empty while it holds an
+    unacknowledged task, and counts on this (seed 1086: Celery collects the lost connection,
+    which leaves kombu's transport without its client, then closes it again, and the channel's
+    restore of its unacked messages fails with an AttributeError in `_connparams`)."""
+
+    def __init__(self, services, restarts):
+        self.services, self.restarts = list(services), restarts  # restarts: Counter by name
+        self.running = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self):
+        self.running.set()
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.running.clear()
+        self.thread.join()
+
+    def _watch(self):
+        while self.running.is_set():
+            for service in self.services:
+                if self.running.is_set() and service.exited():
+                    self.restarts[service.name] += 1
+                    service.start()
+            time.sleep(0.2)
 
 
 class StallingProxy:
@@ -146,6 +194,7 @@ class Tally:
     unanswered: list = field(default_factory=list)
     stuck: list = field(default_factory=list)
     chain_intact: bool = True
+    restarts: collections.Counter = field(default_factory=collections.Counter)
     failing_seeds: list = field(default_factory=list)
 
     @property
@@ -162,6 +211,12 @@ class Tally:
             + (
                 f"; {len(self.unanswered)} unanswered, {len(self.stuck)} stuck"
                 if self.unanswered or self.stuck
+                else ""
+            )
+            + (
+                "; exited and restarted: "
+                + ", ".join(f"{name} {n}" for name, n in sorted(self.restarts.items()))
+                if self.restarts
                 else ""
             )
         )
@@ -311,9 +366,11 @@ class Chaos:
             if service.process is None:  # the MCP server is up before the registry
                 service.start()
         self.approver.register()
+        self.supervisor = Supervisor(self.services.values(), self.tally.restarts).start()
         return self
 
     def __exit__(self, *exc):
+        self.supervisor.stop()
         for service in reversed(self.services.values()):
             service.stop()
         self.proxy.close()
@@ -368,6 +425,7 @@ class Chaos:
         sent = []
         faults = [(rng.uniform(0, 4), rng.choice(KINDS)) for _ in range(rng.choice((1, 1, 2)))]
         started = time.monotonic()
+        restarts = sum(self.tally.restarts.values())
         errors = []
 
         def inject():
@@ -400,7 +458,13 @@ class Chaos:
             self.tally.failing_seeds.append(seed)
         print(
             f"seed {seed}: {len(sent)} tasks, faults {[kind for _, kind in sorted(faults)]}, "
-            f"{time.monotonic() - started:.1f} s" + ("" if settled else " (NOT SETTLED)"),
+            f"{time.monotonic() - started:.1f} s"
+            + ("" if settled else " (NOT SETTLED)")
+            + (
+                f", {sum(self.tally.restarts.values()) - restarts} exited and restarted"
+                if sum(self.tally.restarts.values()) > restarts
+                else ""
+            ),
             flush=True,
         )
 
