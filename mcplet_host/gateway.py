@@ -676,15 +676,15 @@ def resume(ceremony_id):
         return _approve_again(ceremony)
     if ceremony.kind == Ceremony.Kind.STEP_UP:
         # The same call, the same arguments (PWMA's requestId with them), sent once more.
+        actor, details = _actor(ceremony.agent_id, ceremony.authority)
         audit.record(
             "mcplet.stepup.retried",
-            actor_type=audit.ActorType.AGENT,
-            actor_id=ceremony.agent_id,
+            **actor,
             target_server=ceremony.server_name,
             target_tool=ceremony.tool_name,
             result=audit.PENDING,
             trace_id=ceremony.trace_id,
-            details={"ceremony": ceremony.token[:8], **ceremony.authority.audit_details()},
+            details={"ceremony": ceremony.token[:8], **details},
         )
     envelope = _run_approved(ceremony)
     if _steps(envelope) and ceremony.mcplet:
