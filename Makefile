@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
 .PHONY: install run test lint format migrate clean seed chromium screenshots mutants known-breaks \
-	compose-test chaos
+	compose-test chaos schemathesis-stateful
 
 seed: migrate
 	$(BIN)/python manage.py seed_reference
@@ -85,6 +85,12 @@ CHAOS_ITERATIONS ?= 100
 chaos: $(INSTALLED)
 	$(MUTANT_ENV) CHAOS_ITERATIONS=$(CHAOS_ITERATIONS) CHAOS_SEED=$(CHAOS_SEED) \
 	  $(BIN)/python -m pytest -p no:xdist -s -q tests/faults/test_chaos.py
+
+# Schemathesis's stateful run on the partner API with 1,000 requests (CI runs 150 in the suite).
+STATEFUL_REQUESTS ?= 1000
+schemathesis-stateful: $(INSTALLED)
+	$(MUTANT_ENV) STATEFUL_REQUESTS=$(STATEFUL_REQUESTS) $(BIN)/python -m pytest -p no:xdist -s -q \
+	  tests/a2a/test_schemathesis.py -k stateful
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

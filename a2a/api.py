@@ -165,6 +165,25 @@ def errors(*codes):
     }
 
 
+def task_links(result, generator, request, public):
+    """OpenAPI links (drf-spectacular's postprocessing hook: it has no decorator for them): the
+    messageId a task was sent with is the id its status and its cancel take, so a client
+    generator, or Schemathesis's state machine, can follow from one to the other."""
+    by_id = {"message_id": "$request.body#/messageId"}
+    task = {"operationId": "a2a_tasks_retrieve", "parameters": by_id}
+    cancel = {"operationId": "a2a_tasks_cancel_create", "parameters": by_id}
+    paths = result["paths"]
+    for code in ("200", "202"):
+        paths["/a2a/tasks"]["post"]["responses"][code]["links"] = {
+            "GetTask": task,
+            "CancelTask": cancel,
+        }
+    paths["/a2a/tasks/{message_id}"]["get"]["responses"]["202"]["links"] = {
+        "CancelTask": {**cancel, "parameters": {"message_id": "$request.path.message_id"}}
+    }
+    return result
+
+
 def error_body(code, message, **extra):
     return {"error": {"code": code, "message": message, **extra}}
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from mcplet_host.models import GENESIS_HASH, AuditChainHead, AuditEvent
@@ -80,9 +81,15 @@ class ChainBreak:
 
 
 def verify_chain(chunk_size=2000):
-    """Return (events checked, first ChainBreak or None)."""
+    """Return (events checked, first ChainBreak or None): the chain up to its head as read
+    first — a live host appends while it is checked, and the head and its events commit
+    together, so every event up to that head is there to be read."""
+    head = AuditChainHead.objects.filter(pk=1).first()
+    events = AuditEvent.objects.order_by("seq")
+    if head:
+        events = events.filter(seq__lte=head.last_seq)
     expected_prev, expected_seq, count = GENESIS_HASH, 1, 0
-    for event in AuditEvent.objects.order_by("seq").iterator(chunk_size=chunk_size):
+    for event in events.iterator(chunk_size=chunk_size):
         if event.seq != expected_seq:
             return count, ChainBreak(
                 expected_seq, f"event #{expected_seq} is missing (next found is #{event.seq})"
@@ -97,10 +104,13 @@ def verify_chain(chunk_size=2000):
                 event.seq, "its content does not match its hash (the row was edited)"
             )
         expected_prev, expected_seq, count = event.hash, event.seq + 1, count + 1
-    head = AuditChainHead.objects.filter(pk=1).first()
     if head and (head.last_seq != expected_seq - 1 or head.last_hash != expected_prev):
         return count, ChainBreak(
             head.last_seq,
             "the newest events were removed (the chain head points past the last row)",
         )
+    if head:  # an append moves the head in its own transaction: a row past it was slipped in
+        last = AuditEvent.objects.filter(seq__gt=head.last_seq).aggregate(last=Max("seq"))["last"]
+        if last is not None and last > AuditChainHead.objects.get(pk=1).last_seq:
+            return count, ChainBreak(last, "it lies past the chain head (a row added by hand)")
     return count, None

@@ -243,6 +243,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",  # vendored: the CSP allows no CDN
     "SWAGGER_UI_DIST": "SIDECAR",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "a2a.api.task_links",
+    ],
 }
 # Seconds POST /a2a/tasks waits for the task to end before answering 202 with a Location.
 MCPLET_A2A_WAIT = env_int("MCPLET_A2A_WAIT", 5, minimum=0)

@@ -7,8 +7,14 @@ data, `MAX_EXAMPLES` per operation and mode; the negative ones include a missing
 fixed list walks every documented response of every operation (a task that answers, one that
 waits for an approval, resubmission, cancel, each 4xx) so that the 2xx paths, which random
 bodies never reach, are checked against the schema too.
+
+A third, stateful: Schemathesis's state machine chains the operations along the links it infers
+from the schema (a task's messageId into its status and cancel), STATEFUL_REQUESTS requests in
+all (150 here; `make schemathesis-stateful` sends 1,000), with the same checks and Schemathesis's
+own stateful ones (a created task can be read back; a cancelled one stays readable).
 """
 
+import collections
 import os
 from datetime import timedelta
 from urllib.parse import unquote, urlsplit
@@ -30,14 +36,18 @@ if not os.environ.get("CI"):
 import schemathesis  # noqa: E402
 from hypothesis import HealthCheck, Phase, given  # noqa: E402
 from hypothesis import settings as hypothesis_settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.core.failures import FailureGroup  # noqa: E402
+from schemathesis.generation.stateful import run_state_machine_as_test  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
+    ensure_resource_availability,
     response_schema_conformance,
     status_code_conformance,
+    use_after_free,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
@@ -51,6 +61,8 @@ CHECKS = [
 MAX_EXAMPLES = 25  # per operation and generation mode
 DEADLINE = timedelta(seconds=5)  # per generated request (they take milliseconds)
 TIMEOUT = 10  # seconds, per HTTP request
+STATEFUL_REQUESTS = int(os.environ.get("STATEFUL_REQUESTS", "150"))
+STATEFUL_STEPS = 10  # per scenario
 EMAIL = {"tool": "send_email", "arguments": {"to": ["sato@example.jp"], "body": "Hi"}}
 
 
@@ -95,10 +107,12 @@ def routed(response):
     return True
 
 
-def failures_of(case, response, headers):
-    checks = CHECKS if routed(response) else [not_a_server_error, status_code_conformance]
+def failures_of(case, response, headers, extra=(), recorder=None):
+    checks = (
+        [*CHECKS, *extra] if routed(response) else [not_a_server_error, status_code_conformance]
+    )
     try:
-        case.validate_response(response, checks=checks, headers=headers)
+        case.validate_response(response, checks=checks, headers=headers, recorder=recorder)
     except FailureGroup as exc:
         return [str(exc)]
     return []
@@ -230,3 +244,59 @@ def test_every_documented_response_matches_the_schema(live_server, partner_key, 
     # (one each is enough: the same authentication and throttle serve every operation).
     missing = {(label, code) for label, code in documented - seen if code not in (401, 429)}
     assert not missing, sorted(missing)
+
+
+def test_stateful_sequences_get_no_5xx_and_match_the_schema(live_server, partner_key, schema):
+    auth = {"Authorization": f"Bearer {partner_key}"}
+    failures, sent = [], collections.Counter()
+    for agent in ("info-gathering-agent", "dispatch-agent"):  # each agent's first run loads
+        httpx.post(  # its model and tools: not a request of the run, which times each one
+            f"{live_server.url}/a2a/tasks",
+            json=messages.task_request("partner-bot", agent, {"store": "warm-up"}),
+            headers=auth,
+            timeout=60,
+        ).raise_for_status()
+
+    @schema.hook
+    def before_generate_body(context, strategy):
+        """A generated task is nearly always refused (its senderId is not the partner): a share
+        of well-formed tasks to the partner's agents gives the links a task to follow."""
+        if context.operation is None or context.operation.label != "POST /a2a/tasks":
+            return strategy
+        agents = st.sampled_from(["info-gathering-agent", "dispatch-agent"])
+        task = st.builds(
+            messages.task_request,
+            st.just("partner-bot"),
+            agents,
+            st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=2),
+        )
+        return strategy | task
+
+    class PartnerAPI(schema.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"base_url": live_server.url, "headers": auth, "timeout": TIMEOUT}
+
+        def validate_response(self, response, case, **kwargs):
+            sent[(case.operation.label, response.status_code)] += 1
+            stateful = (use_after_free, ensure_resource_availability)
+            failures.extend(failures_of(case, response, auth, stateful, self.recorder))
+
+    run_state_machine_as_test(
+        PartnerAPI,
+        settings=hypothesis_settings(
+            max_examples=STATEFUL_REQUESTS // 4,
+            stateful_step_count=STATEFUL_STEPS,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+    total = sum(sent.values())
+    print(f"\nstateful: {total} requests, {dict(sorted(sent.items()))}")
+    assert not failures, "\n\n".join(failures[:5]) + f"\n\n({len(failures)} in all)"
+    assert total >= STATEFUL_REQUESTS, sent
+    assert not any(code >= 500 for _, code in sent)
+    # The links were followed: a task sent in a scenario was read back and cancelled by its id.
+    assert sent["GET /a2a/tasks/{message_id}", 200] + sent["GET /a2a/tasks/{message_id}", 202]
+    assert sent["POST /a2a/tasks/{message_id}/cancel", 200]

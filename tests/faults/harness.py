@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+import redis
 from django.db import connection
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
@@ -193,13 +194,24 @@ class Tally:
     unapproved: list = field(default_factory=list)
     unanswered: list = field(default_factory=list)
     stuck: list = field(default_factory=list)
-    chain_intact: bool = True
+    chain_breaks: list = field(default_factory=list)  # (seed, the first break) — checked each time
     restarts: collections.Counter = field(default_factory=collections.Counter)
     failing_seeds: list = field(default_factory=list)
 
     @property
     def violations(self):
-        return self.lost + self.doubles + self.unapproved + self.unanswered + self.stuck
+        return (
+            self.lost
+            + self.doubles
+            + self.unapproved
+            + self.unanswered
+            + self.stuck
+            + self.chain_breaks
+        )
+
+    @property
+    def chain_intact(self):
+        return not self.chain_breaks
 
     def line(self):
         kinds = ", ".join(f"{kind} {self.faults[kind]}" for kind in KINDS if self.faults[kind])
@@ -561,9 +573,17 @@ class Chaos:
             )
             if cursor.fetchone()[0]:
                 stuck.append("a session waits on a lock")
+        # A singleton lock (mcplet_host.locks) whose holder died must still expire by itself.
+        broker = redis.Redis(port=self.redis_port)
+        stuck += [
+            f"Redis lock {key.decode()} never expires"
+            for key in broker.scan_iter("mcplet:lock:*")
+            if broker.ttl(key) < 0
+        ]
         tally.stuck += [(seed, str(s)) for s in stuck]
         _, broken = verify_chain()
-        tally.chain_intact = tally.chain_intact and not broken
+        if broken and tally.chain_intact:  # once broken it stays broken: the first seed is named
+            tally.chain_breaks.append((seed, str(broken)))
 
 
 def partner_key(agent):

@@ -54,5 +54,5 @@ def test_faults_at_random_moments_lose_nothing_and_run_nothing_twice(chaos, regi
     assert not tally.violations and tally.chain_intact, (
         f"{tally.line()}; failing seeds {tally.failing_seeds} (base seed {seed}): "
         f"lost {tally.lost}, doubles {tally.doubles}, unapproved {tally.unapproved}, "
-        f"unanswered {tally.unanswered}, stuck {tally.stuck}"
+        f"unanswered {tally.unanswered}, stuck {tally.stuck}, chain {tally.chain_breaks}"
     )

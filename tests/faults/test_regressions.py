@@ -5,6 +5,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from celery import Celery
 from django.db import connection
 from django.utils import timezone
 from kombu import Connection
@@ -91,3 +92,48 @@ def test_seed_1086_a_worker_serves_again_after_its_broker_came_back_empty(tmp_pa
         worker.stop()
         redis.stop()
     assert first.exists()
+
+
+RUNHOST = (
+    "import os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'mcplet_host.settings'); "
+    "import django; django.setup(); import tests.faults.slow; "
+    "from django.core.management import call_command; "
+    "call_command('runhost', '--port', sys.argv[1], '--restaurant-port', '0')"
+)
+
+
+def test_seed_1086_runhost_exits_when_its_worker_thread_ends(tmp_path):
+    """Seed 1086 under `manage.py runhost` with REDIS_URL: the broker came back empty while the
+    in-process worker held a task, the worker thread ended — and the web went on serving from a
+    host that would never run an approved call again. The whole process exits instead, with the
+    worker's code, so that its supervisor starts it again. Whether kombu's reconnect fails
+    depends on timing, so the worker is ended here the way that always works: a remote
+    `shutdown`, which ends it by itself just the same."""
+    redis_port, port = free_port(), free_port()
+    redis = Service(
+        "redis",
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""],
+        tmp_path / "redis.log",
+        environment(),
+        redis_port,
+    )
+    url = f"redis://127.0.0.1:{redis_port}/0"
+    host = Service(
+        "runhost",
+        [sys.executable, "-c", RUNHOST, str(port)],
+        tmp_path / "runhost.log",
+        environment(REDIS_URL=url, PASSKEY_ORIGIN=f"http://localhost:{port}"),
+        port,
+    )
+    redis.start()
+    host.start()
+    try:
+        control = Celery(broker=url).control  # a bare app: the test's own routes elsewhere
+        wait_until(lambda: control.ping(timeout=1), "the worker to answer")
+        control.shutdown()
+        wait_until(lambda: host.process.poll() is not None, "runhost to exit", timeout=90)
+    finally:
+        host.stop()
+        redis.stop()
+    assert host.process.returncode != 0
+    assert "the Celery worker stopped" in host.log.read_text()

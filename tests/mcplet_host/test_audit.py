@@ -116,6 +116,26 @@ def test_concurrent_writers_extend_one_chain():
     assert audit.verify_chain() == (40, None)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_event_appended_while_the_chain_is_checked_is_no_break(monkeypatch):
+    """A live host writes while the chain is checked (`verify_audit`, the fault harness after
+    each iteration): an event committed after the check began is not "the newest events were
+    removed"; the check covers the chain up to the head it read first."""
+    write_events(3)
+    compute_hash = AuditEvent.compute_hash
+
+    def append_meanwhile(event):
+        if event.seq == 1:  # the check is under way: another connection appends and commits
+            thread = threading.Thread(target=lambda: (write_events(1), connection.close()))
+            thread.start()
+            thread.join()
+        return compute_hash(event)
+
+    monkeypatch.setattr(AuditEvent, "compute_hash", append_meanwhile)
+    assert audit.verify_chain() == (3, None)
+    assert audit.verify_chain() == (4, None)
+
+
 def test_hostile_text_is_recorded_written_out_and_the_chain_holds():
     """Recording a refusal of hostile input must never fail (issue 14): PostgreSQL refuses NUL,
     UTF-8 a lone surrogate, JSON an infinite number."""

@@ -91,6 +91,16 @@ def test_a_row_slipped_in_before_the_first_is_named():
     assert (checked, broken.seq) == (0, 1) and "next found is #0" in broken.reason
 
 
+def test_a_row_slipped_in_after_the_newest_is_named():
+    """The check covers the chain up to the head it read first (a live host appends while it
+    runs); a row past the head that no append wrote is still named."""
+    write_events(2)
+    newest = AuditEvent.objects.get(seq=2)
+    AuditEvent.objects.bulk_create([AuditEvent(**{**_fields(newest), "seq": 3})])
+    checked, broken = audit.verify_chain()
+    assert (checked, broken.seq) == (2, 3) and "past the chain head" in broken.reason
+
+
 def _fields(event):
     return {f.attname: getattr(event, f.attname) for f in AuditEvent._meta.concrete_fields[1:]}
 

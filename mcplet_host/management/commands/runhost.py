@@ -64,8 +64,13 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  admin: http://{host}:{port}/admin/   health: http://{host}:{port}/healthz"
         )
-        worker_thread = threading.Thread(target=worker.start, name="celery-worker", daemon=True)
-        worker_thread.start()
+        stopping, worker_ended = threading.Event(), threading.Event()
+        threading.Thread(
+            target=self._run_worker,
+            args=(worker, stopping, worker_ended),
+            name="celery-worker",
+            daemon=True,
+        ).start()
         beat.start()
         stop_watcher = watcher.start_in_thread()
         restaurant = self._start_restaurant(restaurant_port)
@@ -78,12 +83,31 @@ class Command(BaseCommand):
                 signal_handlers=True,
             ).run()
         finally:
+            stopping.set()
             if restaurant is not None:
                 restaurant.shutdown()
                 restaurant.server_close()
             stop_watcher()
             beat.stop()
             worker.stop(in_sighandler=False)
+        if worker_ended.is_set():
+            raise CommandError(
+                f"the Celery worker stopped (exit code {worker.exitcode}): the host stops with "
+                "it, so that its supervisor starts it again",
+                returncode=worker.exitcode or 1,
+            )
+
+    @staticmethod
+    def _run_worker(worker, stopping, ended):
+        """A worker that ends by itself (an unrecoverable broker error: Redis back empty while
+        it held a task) stops the web too: a host without its worker would go on taking
+        approvals it never runs, where a stopped one is started again by its supervisor."""
+        from twisted.internet import reactor  # daphne's, installed when daphne.server loaded
+
+        worker.start()
+        if not stopping.is_set():
+            ended.set()
+            reactor.callFromThread(reactor.stop)
 
     def _check_origin(self, port):
         """In localhost mode approvers register their passkeys on this host's own pages, so the
