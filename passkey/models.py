@@ -500,20 +500,16 @@ class Ceremony(models.Model):
         return True
 
     def _audit_step(self, by, elicitation_id):
-        audit.record(
+        self.audit_event(
             "mcplet.stepup.completed",
-            actor_type=audit.ActorType.USER if by else audit.ActorType.SYSTEM,
-            actor_id=by.get_username() if by else f"server:{self.server_name}",
-            target_server=self.server_name,
-            target_tool=self.tool_name,
-            result=audit.SUCCESS,
-            trace_id=self.trace_id,
-            details={
-                "ceremony": self.token[:8],
+            audit.SUCCESS,
+            {
                 "via": "notification" if elicitation_id else "person",
                 **({"elicitationId": elicitation_id} if elicitation_id else {}),
                 **self.authority.audit_details(),
             },
+            by=by,
+            system=f"server:{self.server_name}",
         )
 
     @classmethod
@@ -566,22 +562,17 @@ class Ceremony(models.Model):
 
     def _audit_form(self, action):
         user = self.decided_by
-        audit.record(
+        self.audit_event(
             "mcplet.elicitation.answered" if user else "mcplet.elicitation.expired",
-            actor_type=audit.ActorType.USER if user else audit.ActorType.SYSTEM,
-            actor_id=user.get_username() if user else "",
-            target_server=self.server_name,
-            target_tool=self.tool_name,
-            result=audit.SUCCESS if action == "accept" else audit.BLOCKED,
-            trace_id=self.trace_id,
+            audit.SUCCESS if action == "accept" else audit.BLOCKED,
             # The answer's field names, never its values (they may be personal data).
-            details={
-                "ceremony": self.token[:8],
+            {
                 "action": action,
                 "agent": self.agent_id,
                 "fields": sorted((self.result or {}).get("content") or {}),
                 **self.authority.audit_details(),
             },
+            by=user,
         )
 
     @classmethod
@@ -749,25 +740,33 @@ class Ceremony(models.Model):
             task, args = self.continuation, [self.pk, self.continuation_ref]
             transaction.on_commit(lambda: enqueue(task, args))
 
-    def _audit(self, event_type, result):
-        """Who decided what, and when — never the assertion itself."""
-        user = self.decided_by
+    def audit_event(self, event_type, result, details, by=None, system=""):
+        """An audit event about this held call: the person who acted (`by`) or else the part
+        of the system named `system`, its tool and trace, and `details`."""
         audit.record(
             event_type,
-            actor_type=audit.ActorType.USER if user else audit.ActorType.SYSTEM,
-            actor_id=user.get_username() if user else "",
+            actor_type=audit.ActorType.USER if by else audit.ActorType.SYSTEM,
+            actor_id=by.get_username() if by else system,
             target_server=self.server_name,
             target_tool=self.tool_name,
             result=result,
             trace_id=self.trace_id,
-            details={
-                "ceremony": self.token[:8],
+            details={"ceremony": self.token[:8], **details},
+        )
+
+    def _audit(self, event_type, result):
+        """Who decided what, and when — never the assertion itself."""
+        self.audit_event(
+            event_type,
+            result,
+            {
                 "status": self.status,
                 "agent": self.agent_id,
                 **self.authority.audit_details(),
                 **self.lineage,
                 "arguments_hash": self.arguments_hash,
             },
+            by=self.decided_by,
         )
 
     def take_assertion(self):
@@ -820,22 +819,17 @@ class Ceremony(models.Model):
                     expires_at=timezone.now() + timedelta(seconds=settings.MCPLET_APPROVAL_TTL),
                     **{field: getattr(self, field) for field in self.RERUN_COPIES},
                 )
-                audit.record(
+                rerun.audit_event(
                     "mcplet.approval.rerun_requested",
-                    actor_type=audit.ActorType.USER,
-                    actor_id=user.get_username(),
-                    target_server=rerun.server_name,
-                    target_tool=rerun.tool_name,
-                    result=audit.PENDING,
-                    trace_id=rerun.trace_id,
-                    details={
-                        "ceremony": rerun.token[:8],
+                    audit.PENDING,
+                    {
                         **rerun.lineage,
                         "after": self.token[:8],
                         "agent": rerun.agent_id,
                         **rerun.authority.audit_details(),
                         "arguments_hash": rerun.arguments_hash,
                     },
+                    by=user,
                 )
         except Refused as refusal:
             audit_refusal("run-again", refusal, ceremony=self, user=user)
@@ -964,18 +958,11 @@ class Ceremony(models.Model):
         except Refused as refusal:
             audit_refusal("verify", refusal, ceremony=ceremony, server=server, tool=tool)
             raise
-        audit.record(
+        ceremony.audit_event(
             "mcplet.passkey.verified",
-            actor_type=audit.ActorType.SYSTEM,
-            actor_id=f"server:{server.name}",
-            target_server=ceremony.server_name,
-            target_tool=ceremony.tool_name,
-            result=audit.SUCCESS,
-            trace_id=ceremony.trace_id,
-            details={
-                "ceremony": ceremony.token[:8],
-                "approved_by": getattr(ceremony.decided_by, "username", ""),
-            },
+            audit.SUCCESS,
+            {"approved_by": getattr(ceremony.decided_by, "username", "")},
+            system=f"server:{server.name}",
         )
         return ceremony
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import redis
+from django.db import Error as DatabaseError
 from django.db import connection
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
@@ -101,6 +102,12 @@ class Service:
             self.process.wait(10)
         if self.port:
             wait_until(lambda: not _listening(self.port), f"{self.name}'s port to close")
+
+    def freeze(self, frozen):
+        """SIGSTOP / SIGCONT: the process stays, stopped wherever it stood."""
+        with self.lock:
+            if self.process and self.process.poll() is None:
+                self.process.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def stop(self):
         self.killed = True
@@ -196,6 +203,7 @@ class Tally:
     stuck: list = field(default_factory=list)
     chain_breaks: list = field(default_factory=list)  # (seed, the first break) — checked each time
     restarts: collections.Counter = field(default_factory=collections.Counter)
+    inside_lease: int = 0  # approvals that landed while a frozen worker held the run's lease
     failing_seeds: list = field(default_factory=list)
 
     @property
@@ -225,6 +233,7 @@ class Tally:
                 if self.unanswered or self.stuck
                 else ""
             )
+            + f"; {self.inside_lease} approvals inside a held lease"
             + (
                 "; exited and restarted: "
                 + ", ".join(f"{name} {n}" for name, n in sorted(self.restarts.items()))
@@ -453,11 +462,14 @@ class Chaos:
         for _ in range(rng.randint(2, 4)):
             sent.append(self.send(rng.choice(["dispatch-agent", "planning-agent"]), rng))
         deadline = time.monotonic() + QUIET_TIMEOUT
-        settled = False
+        settled, next_round = False, 0
         while not settled and time.monotonic() < deadline:
-            self._decide_pending(sent, rng)
-            settled = not injector.is_alive() and self._settled(sent)
-            time.sleep(0.2)
+            self._approve_inside_the_lease(sent)
+            if time.monotonic() >= next_round:
+                self._decide_pending(sent, rng)
+                settled = not injector.is_alive() and self._settled(sent)
+                next_round = time.monotonic() + 0.2
+            time.sleep(0.005)
         injector.join()
         connection.close()  # the harness's own connection may have been terminated
         assert not errors, f"seed {seed}: the harness failed: {errors}"
@@ -490,6 +502,42 @@ class Chaos:
         }
         held = Ceremony.objects.exclude(continuation_ref="")
         return [c for c in held if c.continuation_ref.partition(":")[0] in runs]
+
+    def _approve_inside_the_lease(self, sent):
+        """Issue 18's race, aimed at: a run just left waiting whose worker has not let go of its
+        lease yet. Both workers are frozen there (SIGSTOP), the call is approved through the
+        web, and the workers go on one after the other, in turns: when the other one goes first
+        it meets the held lease with the continuation. The run must continue all the same."""
+        try:
+            run = (
+                AgentRun.objects.filter(
+                    request__message_id__in=sent,
+                    status=AgentRun.Status.AWAITING_APPROVAL,
+                    waiting_for__status=Ceremony.Status.PENDING,
+                )
+                .exclude(lease_owner="")
+                .select_related("waiting_for")
+                .first()
+            )
+            if run is None:
+                return
+            workers = [self.services["worker1"], self.services["worker2"]]
+            for worker in workers:
+                worker.freeze(True)
+            try:
+                if not AgentRun.objects.filter(pk=run.pk, lease_owner=run.lease_owner).exists():
+                    return  # let go before the freeze: missed
+                self.approver.decide(run.waiting_for, reject=False)
+                if run.waiting_for.token in self.approver.approved:
+                    self.tally.inside_lease += 1
+            finally:
+                if self.tally.inside_lease % 2:
+                    workers.reverse()
+                for worker in workers:
+                    worker.freeze(False)
+                    time.sleep(0.3)
+        except DatabaseError:  # the harness's connection terminated by a fault: next round
+            connection.close()
 
     def _decide_pending(self, sent, rng):
         try:
