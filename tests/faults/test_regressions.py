@@ -50,14 +50,10 @@ def test_seed_107_a_worker_outlives_its_terminated_database_connection(registry,
     assert "connection is closed" not in log and "administrator command" not in log
 
 
-def test_seed_1086_a_worker_serves_again_after_its_broker_came_back_empty(tmp_path):
-    """Seed 1086 (Redis restarted, its data lost): both workers held a task when the broker
-    went; Celery's reconnect failed in kombu (an AttributeError in `_connparams`), each worker
-    ended with code 1 once its task was done, and nothing started it again — approved calls
-    waited forever. Under a supervisor (compose's `restart: unless-stopped`) a worker serves
-    the next task."""
+def private_redis(tmp_path):
+    """A redis-server of the test's own (never the machine's shared one), keeping nothing on
+    disk: killed and started again, it comes back empty."""
     port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
     redis = Service(
         "redis",
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
@@ -65,6 +61,16 @@ def test_seed_1086_a_worker_serves_again_after_its_broker_came_back_empty(tmp_pa
         environment(),
         port,
     )
+    return redis, f"redis://127.0.0.1:{port}/0"
+
+
+def test_seed_1086_a_worker_serves_again_after_its_broker_came_back_empty(tmp_path):
+    """Seed 1086 (Redis restarted, its data lost): both workers held a task when the broker
+    went; Celery's reconnect failed in kombu (an AttributeError in `_connparams`), each worker
+    ended with code 1 once its task was done, and nothing started it again — approved calls
+    waited forever. Under a supervisor (compose's `restart: unless-stopped`) a worker serves
+    the next task."""
+    redis, url = private_redis(tmp_path)
     worker = Service(
         "worker",
         [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker", "-P", "threads"]
@@ -109,15 +115,8 @@ def test_seed_1086_runhost_exits_when_its_worker_thread_ends(tmp_path):
     worker's code, so that its supervisor starts it again. Whether kombu's reconnect fails
     depends on timing, so the worker is ended here the way that always works: a remote
     `shutdown`, which ends it by itself just the same."""
-    redis_port, port = free_port(), free_port()
-    redis = Service(
-        "redis",
-        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""],
-        tmp_path / "redis.log",
-        environment(),
-        redis_port,
-    )
-    url = f"redis://127.0.0.1:{redis_port}/0"
+    redis, url = private_redis(tmp_path)
+    port = free_port()
     host = Service(
         "runhost",
         [sys.executable, "-c", RUNHOST, str(port)],
