@@ -15,8 +15,8 @@ from jsonschema.validators import validator_for
 from a2a import outbound
 from a2a.models import A2AMessage
 from a2a.schemas import json_path
+from held.models import Ceremony
 from mcplet_host.authority import Authority
-from passkey.models import Ceremony
 from pools.fields import SealedJSONField
 from pools.models import Pool, validate_http_url
 

@@ -24,8 +24,9 @@ from django.utils.module_loading import import_string
 from a2a import bus
 from agents import llm, remote
 from agents.models import AgentRun
+from held.kinds import result as held_result
+from held.models import Asker, Ceremony
 from mcplet_host import audit, gateway
-from passkey.models import Ceremony
 
 log = logging.getLogger(__name__)
 
@@ -312,29 +313,15 @@ class Loop:
             return False
         ceremony = self._result_approval()
         if ceremony is None:
-            ceremony = Ceremony.open_for_result(
-                agent_id=agent.agent_id,
-                result=run.result,
-                authority=run.authority,
+            asker = Asker(
+                agent.agent_id,
+                run.authority,
                 trace_id=run.context_id,
-                prompt_message=agent.approval_prompt
-                or f"Approve the result of {agent.display_name}",
                 continuation=RESUME_TASK,
                 continuation_ref=f"{run.pk}:result",
             )
-            audit.record(
-                "mcplet.approval.requested",
-                actor_type=audit.ActorType.AGENT,
-                actor_id=agent.agent_id,
-                target_tool=ceremony.tool_name,
-                result=audit.PENDING,
-                trace_id=run.context_id,
-                details={
-                    "ceremony": ceremony.token[:8],
-                    "kind": "result",
-                    **run.authority.audit_details(),
-                },
-            )
+            prompt = agent.approval_prompt or f"Approve the result of {agent.display_name}"
+            ceremony = held_result.hold(asker, run.result, prompt)
         if not ceremony.is_final:
             return self._wait(ceremony)
         if ceremony.status != Ceremony.Status.EXECUTED:
@@ -377,8 +364,8 @@ class Loop:
 
 
 # A held call a person declined did not fail: the run ends as what happened to it.
-REJECTED_CODE = Ceremony.DECLINED[Ceremony.Status.REJECTED][0]
-EXPIRED_CODE = Ceremony.DECLINED[Ceremony.Status.EXPIRED][0]
+REJECTED_CODE = Ceremony.DECLINED[Ceremony.Status.REJECTED]
+EXPIRED_CODE = Ceremony.DECLINED[Ceremony.Status.EXPIRED]
 DECLINED = {REJECTED_CODE: AgentRun.Status.CANCELLED, EXPIRED_CODE: AgentRun.Status.TIMEOUT}
 
 

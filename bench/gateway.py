@@ -59,7 +59,7 @@ def parse_args(argv=None):
 
 # The registry, the agents (their grants cascade), held calls and the audit trail.
 TABLES = (
-    "passkey.Ceremony",
+    "held.Ceremony",
     "pools.Mcplet",
     "pools.McpServer",
     "agents.Agent",
@@ -123,11 +123,12 @@ async def direct_calls(url, count):
 def gateway_steps(call, agent, count):
     """The gateway call and each of its steps, timed in interleaved rounds (so that a change of
     machine load hits them all alike): {label: median ms}."""
-    from mcplet_host import audit, gateway
+    from mcplet_host import audit
+    from mcplet_host.gateway import checks, envelopes
     from pools.mcp_client import ServerConfig
     from pools.sessions import sessions
 
-    mcplet = gateway._check("query_crm", ARGS, agent, None, "model")
+    mcplet = checks.check("query_crm", ARGS, agent, None, "model")
     config = ServerConfig.of(mcplet.server)
     result = sessions.call_tool(config, "query_crm", ARGS, timeout=30)
 
@@ -143,21 +144,21 @@ def gateway_steps(call, agent, count):
             details={"surface": "model", "mcpletType": "read", "pool": "info-pool"},
         )
 
-    checks, pool, envelope, record_ = (
-        "checks (gateway._check), whole",
+    checked, pool, envelope, record_ = (
+        "checks (gateway.checks.check), whole",
         "session pool tools/call (thread hop + MCP round trip)",
-        "envelope (_envelope_of)",
+        "envelope (envelopes.envelope_of)",
         "audit.record (one chained event, own transaction)",
     )
     steps = {
         "gateway.call_tool, whole": call,
-        checks: lambda: gateway._check("query_crm", ARGS, agent, None, "model"),
-        "  _resolve (one query, joins server and pool)": lambda: gateway._resolve("query_crm"),
-        "  _check_grants (one EXISTS query)": lambda: gateway._check_grants(mcplet, agent, None),
-        "  _check_arguments (JSON Schema)": lambda: gateway._check_arguments(mcplet, ARGS),
+        checked: lambda: checks.check("query_crm", ARGS, agent, None, "model"),
+        "  _resolve (one query, joins server and pool)": lambda: checks._resolve("query_crm"),
+        "  _check_grants (one EXISTS query)": lambda: checks._check_grants(mcplet, agent, None),
+        "  _check_arguments (JSON Schema)": lambda: checks._check_arguments(mcplet, ARGS),
         "  rate limit (Pool.take_call)": mcplet.pool.take_call,
         pool: lambda: sessions.call_tool(config, "query_crm", ARGS, timeout=30),
-        envelope: lambda: gateway._envelope_of(mcplet, result),
+        envelope: lambda: envelopes.envelope_of(mcplet, result),
         record_: record,
     }
     seconds = {label: [] for label in steps}

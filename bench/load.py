@@ -107,7 +107,7 @@ def main(argv=None):
             "agents.Agent",
             "agents.AgentRun",
             "a2a.A2AMessage",
-            "passkey.Ceremony",
+            "held.Ceremony",
             "passkey.PasskeyCredential",
             "mcplet_host.AuditEvent",
             "mcplet_host.AuditChainHead",  # else the next event continues the old chain
@@ -122,8 +122,8 @@ def main(argv=None):
     from a2a import messages
     from a2a.models import A2AMessage
     from agents.models import AgentRun
+    from held.models import Ceremony
     from mcplets.examples.programmable import write_spec
-    from passkey.models import Ceremony
     from tests.conftest import make_registry, reference_tools
     from tests.faults.harness import Chaos, partner_key, write_script
     from tests.passkey.authenticator import SoftAuthenticator

@@ -67,7 +67,7 @@ TABLES = (
     "agents.AgentRun",
     "a2a.A2AMessage",
     "a2a.PartnerKey",
-    "passkey.Ceremony",
+    "held.Ceremony",
     "passkey.PasskeyCredential",
     "passkey.BackendToken",
     "pools.Mcplet",
@@ -218,7 +218,7 @@ def approve(manager, ceremony):
 def pending(context_id, what):
     """The one approval this workflow waits for, or Failed with where its runs stand."""
     from agents.models import AgentRun
-    from passkey.models import Ceremony
+    from held.models import Ceremony
 
     ceremony = Ceremony.objects.filter(trace_id=context_id, status=Ceremony.Status.PENDING).first()
     if ceremony is None:
@@ -246,7 +246,7 @@ def check(cycle, email, sent):
     """Failed unless the e-mail call ran, the dispatch run succeeded and every recipient's
     message reached the outbox."""
     from agents.models import AgentRun
-    from passkey.models import Ceremony
+    from held.models import Ceremony
 
     email.refresh_from_db()
     if email.tool_name != "send_email" or email.status != Ceremony.Status.EXECUTED:

@@ -10,10 +10,10 @@ from django.utils.dateparse import parse_datetime
 
 from a2a.models import A2AMessage
 from agents.models import Agent, AgentRun
+from held.models import Ceremony
 from mcplet_host import audit, gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditChainHead, AuditEvent
-from passkey.models import Ceremony
 from pools.models import Mcplet, McpServer, Pool
 
 ACTIVE = (AgentRun.Status.RUNNING, AgentRun.Status.AWAITING_APPROVAL)

@@ -17,8 +17,8 @@ from django.db.models.signals import post_save
 from django.urls import reverse
 
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.signals import audit_recorded
-from passkey.models import Ceremony
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from datetime import datetime
 
 from a2a.models import A2AMessage
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 
 LEFT, TOP, ROW, BOTTOM = 84, 64, 44, 28
 # A lane is as wide as its name needs, within these bounds, so a trace with eight MCP servers

@@ -180,7 +180,7 @@ print(json.dumps(sorted(accepted.values_list("name", flat=True))))"""
 
 RUNS = """import json
 from agents.models import AgentRun
-from passkey.models import Ceremony
+from held.models import Ceremony
 runs = {r.agent.agent_id: r.status for r in AgentRun.objects.select_related("agent")}
 plans = Ceremony.objects.filter(kind="result", status="pending")
 held = list(plans.values_list("agent_id", flat=True))

@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "pools",
     "agents",
     "a2a",
+    "held",
     "passkey",
     "dashboard",
 ]

@@ -13,8 +13,8 @@ from django.core import mail
 from django.db.models import Q
 from django.template.loader import render_to_string
 
+from held.models import Ceremony
 from passkey import loopback
-from passkey.models import Ceremony
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 def approvers():
     """Active users who may approve (directly, through a group, or as superusers) and have an
     e-mail address."""
-    perm = Permission.objects.filter(codename="approve_ceremony", content_type__app_label="passkey")
+    perm = Permission.objects.filter(codename="approve_ceremony", content_type__app_label="held")
     holds = Q(is_superuser=True) | Q(user_permissions__in=perm) | Q(groups__permissions__in=perm)
     users = get_user_model().objects.filter(holds, is_active=True).exclude(email="")
     return users.distinct().order_by("pk")

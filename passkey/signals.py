@@ -4,8 +4,8 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from held.models import Ceremony
 from passkey import loopback, notify
-from passkey.models import Ceremony
 
 
 @receiver(post_save, sender=Ceremony, dispatch_uid="passkey.ceremony_saved")

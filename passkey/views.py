@@ -16,17 +16,14 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
+from held.kinds import form as held_form
+from held.kinds import rerun, step_up
+from held.models import APPROVE_PERMISSION, Ceremony
 from mcplet_host import storable
-from passkey import assertions, loopback
+from passkey import approvals, assertions, loopback
 from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
-from passkey.models import (
-    APPROVE_PERMISSION,
-    BackendToken,
-    Ceremony,
-    PasskeyCredential,
-    audit_refusal,
-)
+from passkey.models import BackendToken, PasskeyCredential, audit_refusal
 from pools.models import _read_url as read_url
 
 CSP = (
@@ -189,7 +186,7 @@ def ceremony(request, token):
     if ceremony.kind == Ceremony.Kind.STEP_UP:
         return _step_up(request, ceremony)
     if ceremony.kind == Ceremony.Kind.FORM:
-        return _form_page(request, ceremony, ElicitationForm(ceremony.requested_schema))
+        return _form_page(request, ceremony, ElicitationForm(held_form.requested_schema(ceremony)))
     can_approve = _approval_origin(request) is not None
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
     if pending and not can_approve and (live := loopback.live_url(token)):
@@ -213,7 +210,7 @@ def _page(request, ceremony, can_approve, refusal=None):
         # Back here after registering: the host's link leads on to the live loopback page.
         "back": ceremony.get_absolute_url(),
         "first": ceremony.rerun_of or ceremony,
-        "may_run_again": ceremony.rerun_refusal() is None,
+        "may_run_again": rerun.refusal(ceremony) is None,
         "refusal": refusal,
     }
     status = refusal.status if refusal else 200
@@ -242,7 +239,7 @@ def challenge(request, token):
     if _approval_origin(request) is None:
         return _loopback_only(request, ceremony, "challenge")
     try:
-        return JsonResponse({"publicKey": ceremony.issue_challenge(request.user)})
+        return JsonResponse({"publicKey": approvals.issue_challenge(ceremony, request.user)})
     except Refused as refusal:
         return _error(refusal)
 
@@ -264,7 +261,7 @@ def assertion(request, token):
         audit_refusal("callback", refusal, ceremony=ceremony, user=request.user)
         return _error(refusal)
     try:
-        ceremony.approve_with_passkey(request.user, _json(request), origin)
+        approvals.approve_with_passkey(ceremony, request.user, _json(request), origin)
     except Refused as refusal:
         return _error(refusal)
     return JsonResponse({"status": "approved"})
@@ -321,7 +318,7 @@ def step(request, token):
     if ceremony is None or ceremony.kind != Ceremony.Kind.STEP_UP:
         raise Http404("There is no such step.")
     if request.POST.get("action") == "finished":
-        ceremony.complete_step(request.user)
+        step_up.complete(ceremony, request.user)
     elif request.POST.get("action") == "cancel":
         ceremony.decline(Ceremony.Status.REJECTED, request.user)
     return redirect(ceremony)
@@ -337,10 +334,10 @@ def run_again(request, token):
     if ceremony is None:
         return _unknown(request, token, "run-again")
     try:
-        rerun = ceremony.run_again(request.user)
+        again = rerun.run_again(ceremony, request.user)
     except Refused as refusal:
         return _page(request, ceremony, _approval_origin(request) is not None, refusal)
-    return redirect(rerun)
+    return redirect(again)
 
 
 def _form_page(request, ceremony, form, status=200):
@@ -369,7 +366,7 @@ def answer(request, token):
         return _refused_answer(request, ceremony, assertions.MALFORMED, "Send, decline or cancel.")
     content = None
     if action == "accept":
-        form = ElicitationForm(ceremony.requested_schema, request.POST)
+        form = ElicitationForm(held_form.requested_schema(ceremony), request.POST)
         if not form.is_valid():
             audit_refusal(
                 "answer",
@@ -379,7 +376,7 @@ def answer(request, token):
             )
             return _form_page(request, ceremony, form, status=400)
         content = form.content
-    if not ceremony.answer_form(request.user, action, content):
+    if not held_form.answer(ceremony, request.user, action, content):
         return _refused_answer(
             request, ceremony, assertions.NOT_PENDING, "This form was already answered.", 410
         )
@@ -440,7 +437,7 @@ def verify_assertion(request):
         audit_refusal("verify", refusal, server=token.server, tool=str(tool or ""))
         return _verdict(refusal)
     try:
-        Ceremony.verify_for_backend(token.server, body["mcplet_auth"], tool, arguments)
+        approvals.verify_for_backend(token.server, body["mcplet_auth"], tool, arguments)
     except Refused as refusal:
         return _verdict(refusal)
     return JsonResponse({"verified": True})

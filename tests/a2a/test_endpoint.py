@@ -14,9 +14,9 @@ from a2a.api import PartnerRateThrottle
 from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import validate
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 

@@ -13,9 +13,9 @@ import pytest
 from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import validate, validate_wire
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.a2a.test_endpoint import info_script
 from tests.a2a_sdk import sdk
 

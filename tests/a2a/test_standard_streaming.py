@@ -10,7 +10,7 @@ import pytest
 
 from a2a.models import PartnerKey
 from a2a.schemas import validate
-from passkey.models import Ceremony
+from held.models import Ceremony
 from tests import processes
 from tests.a2a.test_standard_bindings import dispatch_script, user_message
 from tests.a2a_sdk import sdk

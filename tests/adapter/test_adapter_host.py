@@ -9,8 +9,8 @@ import pytest
 from django.core.cache import cache
 
 from agents.models import Agent
+from held.models import Ceremony
 from mcplet_host import gateway
-from passkey.models import Ceremony
 from pools.discovery import discover
 from pools.models import Mcplet, McpServer, Pool
 from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session

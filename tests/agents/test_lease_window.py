@@ -12,7 +12,7 @@ from a2a import bus
 from a2a.models import A2AMessage
 from agents import runner
 from agents.models import AgentRun
-from passkey.models import Ceremony
+from held.models import Ceremony
 from tests.mcplet_host.test_gateway import ASSERTION
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]

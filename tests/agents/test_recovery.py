@@ -13,10 +13,10 @@ from a2a import bus
 from a2a.models import A2AMessage
 from agents.models import AgentRun
 from agents.tasks import recover
-from mcplet_host import gateway
+from held import lifecycle
+from held.models import Ceremony
+from held.tasks import recover_calls
 from mcplet_host.celery import app
-from mcplet_host.tasks import recover_calls
-from passkey.models import Ceremony
 from tests.mcplet_host.test_gateway import ASSERTION
 
 pytestmark = [
@@ -106,7 +106,7 @@ def test_a_lost_continuation_is_told_again(registry, script, calls, admin_user):
     queued_not_run()
     ceremony = run.waiting_for
     assert ceremony.approve(admin_user, assertion=ASSERTION)
-    gateway.resume(ceremony.pk)  # the call ran; its continuation is lost with the broker
+    lifecycle.resume(ceremony.pk)  # the call ran; its continuation is lost with the broker
     lose_what_is_queued()
     app.conf.task_always_eager = True
     assert len(calls("send_email")) == 1

@@ -9,8 +9,8 @@ import pytest
 from a2a import bus
 from agents import director as directors
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplets.examples.programmable import stdio_params, write_spec
-from passkey.models import Ceremony
 from pools.discovery import discover
 from pools.mcp_client import ServerUnreachable
 from pools.models import McpServer

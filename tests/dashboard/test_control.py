@@ -8,8 +8,8 @@ from django.urls import reverse
 from a2a import bus
 from agents import runner
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from pools.models import McpServer
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,9 @@ from django.urls import reverse
 
 from a2a import bus
 from agents.models import AgentRun
-from mcplet_host import gateway
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 
@@ -87,5 +87,5 @@ def test_a_cancelled_runs_held_call_never_reaches_the_server(
     assert ceremony.status == Ceremony.Status.REJECTED
     # A late approval changes nothing, and a redelivered resume runs nothing.
     assert not ceremony.approve(admin_user, assertion={"type": "passkey_assertion"})
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     assert calls() == []

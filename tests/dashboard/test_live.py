@@ -15,9 +15,10 @@ from django.test import Client
 
 from agents.models import Agent, AgentRun
 from dashboard import receivers
+from held.kinds import result as held_result
+from held.models import Asker
 from mcplet_host import audit
 from mcplet_host.asgi import application
-from passkey.models import Ceremony
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,11 +75,10 @@ def stream_reaches_staff(staff):
         run.save()
 
     def hold():
-        return Ceremony.open_for_result(
-            agent_id="planning-agent",
-            result={"plan": "dessert", "secret": "not for the stream"},
-            prompt_message="Approve the plan",
-            trace_id=trace,
+        return held_result.hold(
+            Asker("planning-agent", trace_id=trace),
+            {"plan": "dessert", "secret": "not for the stream"},
+            "Approve the plan",
         )
 
     signed_in = headers(staff)

@@ -33,9 +33,11 @@ from playwright.sync_api import expect
 from a2a import messages
 from a2a.models import A2AMessage, PartnerKey
 from agents.models import Agent, AgentRun
+from held.kinds import tool_call
+from held.models import Asker, Ceremony
 from mcplet_host import audit
 from mcplet_host.admin import IssuedSecretAdmin
-from passkey.models import BackendToken, Ceremony, PasskeyCredential
+from passkey.models import BackendToken, PasskeyCredential
 from pools.models import Mcplet, McpServer, Pool
 from tests.browser import use_session
 
@@ -155,7 +157,9 @@ def existing(django_user_model, settings):
         body=request,
         external=True,
     )
-    ceremony = Ceremony.open(mcplet=mcplet, arguments={"to": ["a@example.jp"]}, agent_id="d")
+    ceremony = tool_call.open_call(
+        Ceremony.Kind.TOOL_CALL, mcplet, {"to": ["a@example.jp"]}, Asker("d")
+    )
     run = AgentRun.objects.create(
         agent=info,
         provenance={"partner": partner.agent_id},

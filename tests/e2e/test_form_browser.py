@@ -10,7 +10,7 @@ if not os.environ.get("CI"):  # in CI a missing Playwright fails the run instead
     pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402
 
-from passkey.models import Ceremony
+from held.models import Ceremony
 from tests.browser import outside_the_browser_loop, use_session
 from tests.passkey.test_form_elicitation import Call, elicited, held_form
 

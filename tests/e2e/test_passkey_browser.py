@@ -12,15 +12,19 @@ from urllib.parse import urlparse
 import pytest
 from django.utils import timezone
 
+from held.kinds import result as held_result
+from held.models import Asker
+
 if not os.environ.get("CI"):  # in CI a missing Playwright fails the run instead
     pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402
 
+from held.models import Ceremony
+from held.tasks import expire_ceremonies
 from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
-from mcplet_host.tasks import expire_ceremonies
 from passkey import loopback
-from passkey.models import Ceremony, PasskeyCredential
+from passkey.models import PasskeyCredential
 from tests.passkey.conftest import configure
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -231,9 +235,7 @@ def test_the_plan_reads_as_text_and_tables_and_every_page_leads_on(page, host, a
     approver.is_staff = True
     approver.save()
     register_passkey(page, host)
-    ceremony = Ceremony.open_for_result(
-        agent_id="planning-agent", result=PLAN, prompt_message="Approve the plan"
-    )
+    ceremony = held_result.hold(Asker("planning-agent"), PLAN, "Approve the plan")
     page.goto(f"{host}{ceremony.get_absolute_url()}")
     shown = page.locator("#arguments")
     customers = shown.locator("table.value")

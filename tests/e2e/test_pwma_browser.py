@@ -14,9 +14,9 @@ from playwright.sync_api import expect  # noqa: E402
 
 from a2a import bus
 from agents.models import Agent, AgentRun
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
 from mcplets.examples.pwma_wallet import serve
-from passkey.models import Ceremony
 from pools.discovery import discover
 from pools.models import McpServer
 from tests.browser import outside_the_browser_loop, use_session

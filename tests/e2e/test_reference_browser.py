@@ -19,9 +19,9 @@ from playwright.sync_api import expect
 
 from a2a.models import A2AMessage
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.audit import verify_chain
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.browser import screenshot
 from tests.dashboard.conftest import PAGES, sign_in
 from tests.e2e.walkthrough import (

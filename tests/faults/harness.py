@@ -39,9 +39,9 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from a2a import messages
 from a2a.models import A2AMessage, PartnerKey
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.audit import verify_chain
 from mcplets.examples.programmable import _server_args
-from passkey.models import Ceremony
 from tests.processes import ROOT, environment, free_port, wait_until
 
 KINDS = ("web", "worker", "beat", "watcher", "mcp", "redis", "postgres", "stall")

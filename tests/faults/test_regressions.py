@@ -10,9 +10,9 @@ from django.db import connection
 from django.utils import timezone
 from kombu import Connection
 
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.celery import app, enqueue
-from passkey.models import Ceremony
 from tests.faults.harness import Service, Supervisor
 from tests.processes import celery_worker, environment, free_port, wait_until
 

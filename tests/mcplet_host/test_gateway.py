@@ -9,12 +9,14 @@ from django.db import connection
 from django.db.models.signals import post_save
 from django.utils import timezone
 
+from held import lifecycle
+from held.kinds import rerun as held_rerun
+from held.models import Ceremony
+from held.tasks import expire_ceremonies
 from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.models import AuditEvent
-from mcplet_host.tasks import expire_ceremonies
 from passkey.assertions import Refused
-from passkey.models import Ceremony
 from pools.models import Mcplet, McpServer, Pool
 
 pytestmark = pytest.mark.django_db
@@ -275,8 +277,8 @@ def test_approved_strict_call_runs_once_with_the_assertion_in_meta_only(
 ):
     ceremony = hold_email(registry)
     assert ceremony.approve(admin_user, assertion=ASSERTION)
-    gateway.resume(ceremony.pk)
-    gateway.resume(ceremony.pk)  # a redelivered task
+    lifecycle.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)  # a redelivered task
 
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.EXECUTED and "result" in ceremony.result
@@ -303,7 +305,7 @@ def test_a_calls_end_is_heard_by_the_ceremonys_receivers(registry, calls, admin_
 
     post_save.connect(receiver, sender=Ceremony)
     try:
-        gateway.resume(ceremony.pk)
+        lifecycle.resume(ceremony.pk)
     finally:
         post_save.disconnect(receiver, sender=Ceremony)
     assert heard[-1] == Ceremony.Status.EXECUTED and len(calls("send_email")) == 1
@@ -322,7 +324,7 @@ def test_approved_host_only_call_runs_without_an_assertion(registry, calls, admi
     ceremony = outcome.ceremony
     assert ceremony.enforcement == "host-only"
     ceremony.approve(admin_user)
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     (call,) = calls("approve_plan")
     assert "mcplet_auth" not in call["meta"]
 
@@ -331,7 +333,7 @@ def test_a_strict_approval_whose_assertion_is_gone(registry, calls, admin_user):
     ceremony = hold_email(registry)
     ceremony.approve(admin_user, assertion=ASSERTION)
     cache.delete(ceremony.assertion_key)
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.FAILED
     assert ceremony.result["error"]["code"] == "AUTH_REQUIRED" and calls() == []
@@ -342,7 +344,7 @@ def test_a_rejected_call_never_runs(registry, calls, admin_user):
     ceremony = hold_email(registry)
     assert ceremony.decline(Ceremony.Status.REJECTED, admin_user)
     assert not ceremony.approve(admin_user, assertion=ASSERTION)  # decided once
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     ceremony.refresh_from_db()
     assert ceremony.result["error"]["code"] == "X_APPROVAL_REJECTED" and calls() == []
     assert AuditEvent.objects.get(event_type="PERMISSION_DENIED").details["status"] == "rejected"
@@ -353,7 +355,7 @@ def test_an_expired_call_never_runs(registry, calls, admin_user):
     Ceremony.objects.filter(pk=ceremony.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert not Ceremony.objects.get(pk=ceremony.pk).approve(admin_user, assertion=ASSERTION)
     expire_ceremonies()
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.EXPIRED and calls() == []
     assert ceremony.result["error"]["code"] == "X_APPROVAL_EXPIRED"
@@ -364,7 +366,7 @@ def test_grants_are_checked_again_when_the_call_resumes(registry, calls, admin_u
     ceremony = hold_email(registry)
     registry["dispatch"].accessible_pools.clear()
     ceremony.approve(admin_user, assertion=ASSERTION)
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.FAILED and calls() == []
     assert "not granted to dispatch-agent" in ceremony.result["error"]["message"]
@@ -374,11 +376,12 @@ def test_the_continuation_is_told(
     registry, admin_user, monkeypatch, django_capture_on_commit_callbacks
 ):
     queued = []
-    monkeypatch.setattr("passkey.models.enqueue", lambda name, args: queued.append((name, args)))
+    for where in ("held.models.enqueue", "held.kinds.base.enqueue"):
+        monkeypatch.setattr(where, lambda name, args: queued.append((name, args)))
     ceremony = hold_email(registry, continuation="agents.resume_run", continuation_ref="run-9")
     with django_capture_on_commit_callbacks(execute=True):
         ceremony.decline(Ceremony.Status.REJECTED, admin_user)
-        gateway.resume(ceremony.pk)
+        lifecycle.resume(ceremony.pk)
     assert queued == [
         ("mcplet_host.resume_call", [ceremony.pk]),
         ("agents.resume_run", [ceremony.pk, "run-9"]),
@@ -393,7 +396,7 @@ def test_concurrent_resumes_execute_once(registry, calls, admin_user):
 
     def resume():
         try:
-            gateway.resume(ceremony.pk)
+            lifecycle.resume(ceremony.pk)
         finally:
             connection.close()
 
@@ -408,10 +411,10 @@ def test_concurrent_resumes_execute_once(registry, calls, admin_user):
 
 def test_admin_lists_held_calls_and_rejects_them(registry, calls, staff_client):
     ceremony = hold_email(registry)
-    page = staff_client.get(f"/admin/passkey/ceremony/{ceremony.pk}/change/").content.decode()
+    page = staff_client.get(f"/admin/held/ceremony/{ceremony.pk}/change/").content.decode()
     assert "sato@example.jp" in page and "Free dessert tomorrow!" in page
     staff_client.post(
-        "/admin/passkey/ceremony/", {"action": "reject", "_selected_action": [ceremony.pk]}
+        "/admin/held/ceremony/", {"action": "reject", "_selected_action": [ceremony.pk]}
     )
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED and calls() == []
@@ -425,7 +428,7 @@ def test_an_approved_call_that_got_no_answer_is_outcome_unknown_and_never_resent
 ):
     ceremony = gateway.call_tool(registry["planning"], slow_tool, {}, "app").ceremony
     assert ceremony.approve(admin_user)
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
 
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.OUTCOME_UNKNOWN, ceremony.result
@@ -435,7 +438,7 @@ def test_an_approved_call_that_got_no_answer_is_outcome_unknown_and_never_resent
     assert "may have run" in error["message"] and "will not send it again" in error["message"]
     (call,) = calls(slow_tool)  # it reached the server: the server's own log says so
     assert call["meta"]["idempotencyKey"] == ceremony.token  # what a person's re-run reuses
-    gateway.resume(ceremony.pk)  # a redelivered resume: the host never sends it again
+    lifecycle.resume(ceremony.pk)  # a redelivered resume: the host never sends it again
     assert len(calls(slow_tool)) == 1
     executed = AuditEvent.objects.get(event_type="TOOL_EXECUTED", target_tool=slow_tool)
     assert (executed.result, executed.details["code"]) == ("FAILURE", "X_OUTCOME_UNKNOWN")
@@ -450,11 +453,12 @@ def test_a_persons_rerun_sends_the_first_attempts_idempotency_key_once_approved(
     planning = registry["planning"]
     first = gateway.call_tool(planning, slow_tool, {"table": 4}, "app", "ctx-r").ceremony
     assert first.approve(admin_user)
-    gateway.resume(first.pk)
+    lifecycle.resume(first.pk)
     first.refresh_from_db()
     assert first.status == Ceremony.Status.OUTCOME_UNKNOWN
 
-    rerun = first.run_again(admin_user)  # a person's decision to try again: held, not sent
+    # A person's decision to try again: held, not sent.
+    rerun = held_rerun.run_again(first, admin_user)
     assert (rerun.status, rerun.rerun_of, rerun.trace_id) == ("pending", first, "ctx-r")
     assert (rerun.tool_name, rerun.arguments) == (slow_tool, {"table": 4})
     assert not rerun.continuation  # the run it answered has moved on
@@ -462,8 +466,8 @@ def test_a_persons_rerun_sends_the_first_attempts_idempotency_key_once_approved(
     assert len(calls(slow_tool)) == 1
     settings.MCPLET_TOOL_TIMEOUT = 10  # this time the server's answer arrives
     assert rerun.approve(admin_user)
-    gateway.resume(rerun.pk)
-    gateway.resume(rerun.pk)  # a redelivered resume acts once
+    lifecycle.resume(rerun.pk)
+    lifecycle.resume(rerun.pk)  # a redelivered resume acts once
 
     rerun.refresh_from_db()
     assert rerun.status == Ceremony.Status.EXECUTED, rerun.result
@@ -481,7 +485,7 @@ def test_a_persons_rerun_sends_the_first_attempts_idempotency_key_once_approved(
     ]
     # Once a re-run ran, neither attempt may be run again.
     with pytest.raises(Refused, match="already ran"):
-        first.run_again(admin_user)
+        held_rerun.run_again(first, admin_user)
     assert len(calls(slow_tool)) == 2
 
 
@@ -498,7 +502,7 @@ def test_deleting_a_pool_makes_its_tools_unroutable_at_once(registry, calls, adm
         assert "read_site_stats" not in names(agent)
         outcome = gateway.call_tool(agent, "read_site_stats", {})
         assert_refused(outcome, "NOT_FOUND", "declares the pool 'media-pool'")
-    gateway.resume(held.pk)
+    lifecycle.resume(held.pk)
     held.refresh_from_db()
     assert held.status == Ceremony.Status.FAILED and held.result["error"]["code"] == "NOT_FOUND"
     assert calls() == []

@@ -7,10 +7,12 @@ import json
 import pytest
 
 from agents.models import Agent
+from held import lifecycle
+from held.kinds import step_up
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.models import AuditEvent
 from mcplets.examples.programmable import stdio_params, write_spec
-from passkey.models import Ceremony
 from pools.discovery import discover
 from pools.models import McpServer
 from tests.conftest import HOST_ONLY, entry
@@ -132,7 +134,7 @@ def test_an_action_is_never_retried(serve, calls, admin_user):
 
     ceremony = gateway.call_tool(agent, "book_table", {}, "app").ceremony
     ceremony.approve(admin_user)
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
 
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.FAILED
@@ -256,13 +258,13 @@ def test_a_strict_actions_step_up_needs_a_fresh_assertion_for_the_same_call(
     arguments = {"amount": 120}
     first = gateway.call_tool(agent, "pay", arguments, "app", continuation_ref="run:pay").ceremony
     first.approve(admin_user, assertion=ASSERTION)
-    gateway.resume(first.pk)
+    lifecycle.resume(first.pk)
 
     step = Ceremony.objects.filter(continuation_ref="run:pay").first()
     assert step.kind == Ceremony.Kind.STEP_UP and step.enforcement == "strict"
     assert step.elicitations[0]["domain"] == "bank.example"
-    assert step.complete_step(admin_user)
-    gateway.resume(step.pk)
+    assert step_up.complete(step, admin_user)
+    lifecycle.resume(step.pk)
 
     # Done stepping, but the first assertion was used once: nothing is sent without a new one.
     assert len(calls("pay")) == 1
@@ -272,7 +274,7 @@ def test_a_strict_actions_step_up_needs_a_fresh_assertion_for_the_same_call(
     assert again.nonce != first.nonce  # a new challenge, bound to the same call
     fresh = ASSERTION | {"signature": "QW5vdGhlci1zaWduYXR1cmU"}
     again.approve(admin_user, assertion=fresh)
-    gateway.resume(again.pk)
+    lifecycle.resume(again.pk)
 
     sent = calls("pay")
     assert [c["arguments"] for c in sent] == [arguments, arguments]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from held.models import Ceremony
 from mcplet_host import gateway
-from passkey.models import Ceremony
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.processes import ROOT, celery_worker, environment, wait_until
 

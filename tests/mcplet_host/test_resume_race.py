@@ -12,8 +12,9 @@ import time
 import pytest
 from django.db import connection, transaction
 
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host import gateway
-from passkey.models import Ceremony
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -46,7 +47,7 @@ def test_two_workers_resuming_one_approved_call_run_it_once(registry, calls, adm
         try:
             pids.add(backend_pid())
             ready.wait(timeout=10)
-            gateway.resume(ceremony.pk)
+            lifecycle.resume(ceremony.pk)
         except Exception as exc:  # reported below, with the call count
             errors.append(exc)
         finally:

@@ -12,11 +12,12 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Agent
+from held.kinds import step_up
+from held.models import Ceremony
+from held.tasks import expire_ceremonies
 from mcplet_host import gateway
 from mcplet_host.models import AuditEvent
-from mcplet_host.tasks import expire_ceremonies
 from mcplets.examples.pwma_wallet import serve
-from passkey.models import Ceremony
 from pools.discovery import discover
 from pools.mcp_client import ServerConfig, open_session
 from pools.models import Mcplet, McpServer
@@ -139,7 +140,7 @@ def test_finished_too_early_starts_a_new_step_for_the_same_waiter(agent, calls, 
         agent, "aaif.pwma.request", arguments, continuation_ref="run:call-1"
     ).ceremony
 
-    assert held.complete_step(admin_user)  # "I have finished", but the holder has not
+    assert step_up.complete(held, admin_user)  # "I have finished", but the holder has not
 
     held.refresh_from_db()
     assert held.status == Ceremony.Status.FAILED
@@ -169,7 +170,7 @@ def test_cancel_and_expiry_run_nothing_more(agent, calls, admin_user, end):
     assert held.error["code"] == (
         "X_APPROVAL_REJECTED" if end == "cancel" else "X_APPROVAL_EXPIRED"
     )
-    assert held.complete_step(admin_user) is False
+    assert step_up.complete(held, admin_user) is False
     assert len(requests_for(calls, request_id)) == 1
     assert not AuditEvent.objects.filter(event_type="mcplet.stepup.retried").exists()
 

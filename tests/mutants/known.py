@@ -70,7 +70,7 @@ BREAKS = [
     ),
     Break(
         "rate-limit-before-arguments",
-        "mcplet_host/gateway.py",
+        "mcplet_host/gateway/checks.py",
         r"^( +)(_check_arguments\(.*)\n\1(_check_policy\(.*)$",  # swapped
         r"\1\3\n\1\2",
         [GW + "test_an_invalid_call_does_not_use_up_the_pools_rate"],
@@ -91,7 +91,7 @@ BREAKS = [
     ),
     Break(
         "verify-assertion-without-uv",
-        "passkey/models.py",
+        "passkey/approvals.py",
         r"(?s)(def _verify_for_backend\(.*?require_uv=)require_user_verification\(\)",
         r"\1False",
         [PK + "test_verify_assertion_wants_user_verification_too"],
@@ -105,7 +105,7 @@ BREAKS = [
     ),
     Break(
         "llm-tools-without-partner-gateway",
-        "mcplet_host/gateway.py",
+        "mcplet_host/gateway/__init__.py",
         r"granted = granted\.filter\(pool__agents__agent_id=principal, .*\)",
         "pass",
         [
@@ -144,7 +144,7 @@ BREAKS = [
     ),
     Break(
         "resume-without-the-approvals-hash",
-        "mcplet_host/gateway.py",
+        "held/lifecycle.py",
         r"if arguments_hash\(ceremony\.tool_name, ceremony\.arguments\) != .*:",
         "if False:",
         [AWA + "test_a_call_edited_in_the_database_after_its_approval"],
@@ -158,7 +158,7 @@ BREAKS = [
     ),
     Break(
         "resume-without-row-lock",
-        "mcplet_host/gateway.py",
+        "held/lifecycle.py",
         r"Ceremony\.objects\.select_for_update\(\)\.get\(pk=ceremony_id\)",
         "Ceremony.objects.get(pk=ceremony_id)",
         ["tests/mcplet_host/test_resume_race.py"],

@@ -52,7 +52,12 @@ TARGETS = {
         300,
     ),
     "gateway": Target(
-        ["mcplet_host/gateway.py"],
+        [
+            "mcplet_host/gateway/__init__.py",
+            "mcplet_host/gateway/checks.py",
+            "mcplet_host/gateway/execute.py",
+            "held/lifecycle.py",
+        ],
         [],
         [
             "tests/mcplet_host/test_gateway.py",
@@ -80,7 +85,7 @@ TARGETS = {
         400,
     ),
     "passkey": Target(
-        ["passkey/views.py", "passkey/models.py"],
+        ["passkey/views.py", "passkey/models.py", "passkey/approvals.py", "held/models.py"],
         [
             "approver_required",
             "wrapped",
@@ -95,7 +100,7 @@ TARGETS = {
             "_approve_with_passkey",
             "verify_for_backend",
             "_verify_for_backend",
-            "_check_approver",
+            "check_approver",
             "approve",
             "decline",
         ],

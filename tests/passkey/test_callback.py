@@ -11,10 +11,13 @@ from django.test import Client
 from django.utils import timezone
 from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
 
+from held import lifecycle
+from held.kinds import result as held_result
+from held.models import Asker, Ceremony, arguments_hash
 from mcplet_host import gateway
 from mcplet_host.models import AuditEvent
 from passkey.challenges import ChallengeRecord
-from passkey.models import Ceremony, PasskeyCredential, arguments_hash
+from passkey.models import PasskeyCredential
 from tests.passkey.authenticator import SoftAuthenticator
 from tests.passkey.conftest import (
     ORIGIN,
@@ -40,7 +43,7 @@ def assert_refused(response, status, reason, ceremony, calls):
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.PENDING
     assert cache.get(ceremony.assertion_key) is None
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     assert calls() == []
     assert refusals(reason), f"no audit event for {reason}"
 
@@ -73,7 +76,7 @@ def test_a_strict_approval_injects_the_assertion_once(
     granted = AuditEvent.objects.get(event_type="PERMISSION_GRANTED")
     assert granted.actor_id == "manager" and granted.target_tool == "send_email"
 
-    gateway.resume(held.pk)
+    lifecycle.resume(held.pk)
     (call,) = calls("send_email")
     assert call["meta"]["mcplet_auth"] == auth and call["arguments"] == held.arguments
     assert "mcplet_auth" not in call["arguments"]
@@ -104,13 +107,11 @@ def test_host_only_calls_and_results_are_approved_without_an_assertion(
     response = post_assertion(approver_client, plan, sign(approver_client, plan, authenticator))
     assert response.status_code == 200
     assert cache.get(plan.assertion_key) is None
-    gateway.resume(plan.pk)
+    lifecycle.resume(plan.pk)
     (call,) = calls("approve_plan")
     assert "mcplet_auth" not in call["meta"]
 
-    result = Ceremony.open_for_result(
-        agent_id="planning-agent", result={"plan": "x"}, prompt_message="Hand it on?"
-    )
+    result = held_result.hold(Asker("planning-agent"), {"plan": "x"}, "Hand it on?")
     credential = sign(approver_client, result, authenticator)
     assert post_assertion(approver_client, result, credential).status_code == 200
     result.refresh_from_db()
@@ -122,7 +123,7 @@ def test_reject_runs_nothing(approver_client, authenticator, held, calls):
     credential = sign(approver_client, held, authenticator)
     response = approver_client.post(url(held, "reject"))
     assert response.status_code == 200 and response.json() == {"status": "rejected"}
-    gateway.resume(held.pk)
+    lifecycle.resume(held.pk)
     held.refresh_from_db()
     assert held.status == Ceremony.Status.REJECTED and calls() == []
     assert held.result["error"]["code"] == "X_APPROVAL_REJECTED"

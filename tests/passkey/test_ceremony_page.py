@@ -7,8 +7,9 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.utils import timezone
 
+from held.kinds import result as held_result
+from held.models import Asker, Ceremony
 from passkey import loopback
-from passkey.models import Ceremony
 from passkey.views import CSP
 from tests.passkey.conftest import hold_email, url
 
@@ -139,9 +140,7 @@ PLAN = {
 
 
 def test_a_result_to_confirm_reads_as_text_lists_and_tables(approver_client):
-    ceremony = Ceremony.open_for_result(
-        agent_id="planning-agent", result=PLAN, prompt_message="Hand this plan to dispatch?"
-    )
+    ceremony = held_result.hold(Asker("planning-agent"), PLAN, "Hand this plan to dispatch?")
     page = approver_client.get(url(ceremony)).content.decode()
     assert "Confirm the result of" in page and "planning-agent" in page
     assert "Hand this plan to dispatch?" in page
@@ -164,7 +163,7 @@ def test_deep_nesting_is_shown_as_json(approver_client):
     deep = "bottom"
     for _ in range(30):
         deep = {"level": deep}
-    ceremony = Ceremony.open_for_result(agent_id="planning-agent", result=deep, prompt_message="")
+    ceremony = held_result.hold(Asker("planning-agent"), deep, "")
     response = approver_client.get(url(ceremony))
     assert response.status_code == 200 and '<pre class="json">' in response.content.decode()
 
@@ -194,5 +193,5 @@ def test_localhost_mode_sends_the_approver_to_the_ceremonys_own_port(
 
 
 def test_the_admin_links_a_pending_call_to_its_approval_page(staff_client, held):
-    page = staff_client.get(f"/admin/passkey/ceremony/{held.pk}/change/").content.decode()
+    page = staff_client.get(f"/admin/held/ceremony/{held.pk}/change/").content.decode()
     assert f'href="/passkey/ceremonies/{held.token}/"' in page

@@ -9,10 +9,10 @@ import time
 import pytest
 from django.test import Client
 
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.conftest import entry
 from tests.passkey.conftest import ASK
 

@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplets import averify_assertion, verify_assertion
-from passkey.models import BackendToken, Ceremony
+from passkey.models import BackendToken
 from tests.passkey.conftest import EMAIL_ARGS, configure, post_assertion, sign
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from held.models import Ceremony
 from passkey import loopback
-from passkey.models import Ceremony
 from tests.passkey.authenticator import SoftAuthenticator
 from tests.passkey.conftest import hold_email, register, url
 

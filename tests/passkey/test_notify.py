@@ -7,10 +7,10 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.core import mail
 
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
 from passkey import loopback, notify
-from passkey.models import Ceremony
 from tests.passkey.conftest import ORIGIN, hold_email, url
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,11 @@ import pytest
 from django.core.cache import cache
 from webauthn.helpers import bytes_to_base64url
 
-from mcplet_host import gateway
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
 from passkey.assertions import Refused, parse
-from passkey.models import Ceremony, PasskeyCredential
+from passkey.models import PasskeyCredential
 from tests.passkey.conftest import ORIGIN, RP_ID, post_assertion, sign
 
 pytestmark = pytest.mark.django_db
@@ -29,13 +30,13 @@ def test_an_assertion_without_user_verification_approves_nothing(
     assert response.status_code == 403 and response.json()["reason"] == "user_not_verified"
     held.refresh_from_db()
     assert held.status == Ceremony.Status.PENDING and cache.get(held.assertion_key) is None
-    gateway.resume(held.pk)
+    lifecycle.resume(held.pk)
     assert calls() == [] and refused_for("user_not_verified")
 
     authenticator.user_verified = True  # the same passkey, with the person verified
     response = post_assertion(approver_client, held, sign(approver_client, held, authenticator))
     assert response.status_code == 200
-    gateway.resume(held.pk)
+    lifecycle.resume(held.pk)
     assert len(calls("send_email")) == 1
 
 

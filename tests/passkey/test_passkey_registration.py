@@ -1,8 +1,9 @@
 import pytest
 from django.contrib.auth.models import Group, Permission
 
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony, PasskeyCredential
+from passkey.models import PasskeyCredential
 from tests.passkey.authenticator import SoftAuthenticator
 from tests.passkey.conftest import ORIGIN, make_approver, register
 

@@ -7,9 +7,11 @@ import uuid
 import pytest
 from django.test import Client
 
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.models import AuditEvent
-from passkey.models import REFUSED_EVENT, Ceremony
+from passkey.models import REFUSED_EVENT
 from tests.passkey.conftest import url
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +25,7 @@ def unknown(registry, slow_tool, approver):
     first = gateway.call_tool(registry["planning"], slow_tool, {"table": 4}, "app", TRACE)
     first = first.ceremony
     assert first.approve(approver)
-    gateway.resume(first.pk)
+    lifecycle.resume(first.pk)
     first.refresh_from_db()
     assert first.status == Ceremony.Status.OUTCOME_UNKNOWN
     return first

@@ -8,9 +8,9 @@ from django.core.cache import cache
 from django.db import connection
 from webauthn.helpers import base64url_to_bytes
 
-from mcplet_host import gateway
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.passkey.conftest import post_assertion, sign
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def test_no_trace_of_the_assertion_after_a_full_approval(
         HTTP_AUTHORIZATION=f"Bearer {verify_token}",
     )
     assert verdict.json() == {"verified": True}
-    gateway.resume(held.pk)
+    lifecycle.resume(held.pk)
     held.refresh_from_db()
     assert held.status == Ceremony.Status.EXECUTED
     assert calls("send_email")[0]["meta"]["mcplet_auth"]["signature"] == auth["signature"]

@@ -7,10 +7,11 @@ import pytest
 from django.core.cache import cache
 from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
 
-from mcplet_host import gateway
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
 from passkey.challenges import ChallengeRecord
-from passkey.models import BackendToken, Ceremony
+from passkey.models import BackendToken
 from pools.models import McpServer
 from tests.passkey.conftest import EMAIL_ARGS, sign
 
@@ -103,7 +104,7 @@ def test_an_assertion_nobody_approved(client, verify_token, approver_client, aut
 
 
 def test_a_decided_call(client, verify_token, approved, held):
-    gateway.resume(held.pk)  # the programmable server runs it without asking
+    lifecycle.resume(held.pk)  # the programmable server runs it without asking
     refused(ask(client, verify_token, approved), "not_approved")
 
 

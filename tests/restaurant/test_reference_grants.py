@@ -4,9 +4,9 @@ tool list and at the gateway, where a call outside the grants is refused before 
 
 import pytest
 
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 
 pytestmark = pytest.mark.django_db
 

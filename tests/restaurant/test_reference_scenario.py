@@ -18,8 +18,8 @@ import pytest
 from a2a.models import A2AMessage
 from agents import director
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.agents.openai_stub import Canned, openai_stub
 from tests.processes import free_port
 from tests.restaurant.conftest import approve, sent_mail

@@ -7,10 +7,11 @@ import anyio
 import pytest
 from mcp import Client
 
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.models import AuditEvent
 from mcplets.restaurant import mail
-from passkey.models import REFUSED_EVENT, Ceremony
+from passkey.models import REFUSED_EVENT
 from tests.restaurant.conftest import approve, sent_mail
 
 pytestmark = pytest.mark.django_db(transaction=True)

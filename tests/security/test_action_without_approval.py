@@ -18,9 +18,10 @@ from django.utils import timezone
 from a2a import bus
 from agents import runner
 from agents.models import Agent, AgentRun
+from held import lifecycle
+from held.models import Ceremony
+from held.tasks import expire_ceremonies
 from mcplet_host import gateway
-from mcplet_host.tasks import expire_ceremonies
-from passkey.models import Ceremony
 from pools.models import Pool
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.security import workflow
@@ -82,7 +83,7 @@ def earlier(dispatch, admin_user, calls):
     carried, as the MCP server's own log shows them."""
     ceremony = gateway.call_tool(dispatch, "send_email", EMAIL, "app").ceremony
     ceremony.approve(admin_user, assertion=ASSERTION)
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
     (sent,) = calls("send_email")
     return sent["meta"]
 
@@ -302,7 +303,7 @@ def test_a_declined_call_approved_anyway(dispatch, script, committed, attempts, 
             _decline(ceremony, how, admin_user)
             assert ceremony.approve(admin_user, assertion=ASSERTION) is False
             expire_ceremonies()
-            gateway.resume(ceremony.pk)
+            lifecycle.resume(ceremony.pk)
         ceremony.refresh_from_db()
         assert ceremony.status in (Ceremony.Status.REJECTED, Ceremony.Status.EXPIRED)
 
@@ -331,7 +332,7 @@ def test_a_call_edited_in_the_database_after_its_approval(dispatch, attempts, ad
         with attempts.refused(label, **blocked):
             ceremony.approve(admin_user, assertion=ASSERTION)  # its resume is not yet run
             Ceremony.objects.filter(pk=ceremony.pk).update(**change)
-            gateway.resume(ceremony.pk)
+            lifecycle.resume(ceremony.pk)
             ceremony.refresh_from_db()
             assert ceremony.status == Ceremony.Status.FAILED
             assert ceremony.result["error"]["code"] == "AUTH_FAILED"

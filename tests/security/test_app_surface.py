@@ -10,10 +10,10 @@ import pytest
 
 from a2a import bus
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.security import workflow
 from tests.security.workflow import (

@@ -26,7 +26,7 @@ ADMIN = [
     "/admin/pools/pool/add/",
     "/admin/a2a/partnerkey/",
     "/admin/mcplet_host/auditevent/",
-    "/admin/passkey/ceremony/",
+    "/admin/held/ceremony/",
 ]
 
 

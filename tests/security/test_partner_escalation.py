@@ -11,10 +11,10 @@ import pytest
 from a2a import messages
 from a2a.models import PartnerKey
 from agents.models import Agent
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from passkey.models import Ceremony
 from tests.security import workflow
 from tests.security.workflow import (
     CHAIN,

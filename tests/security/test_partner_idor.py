@@ -10,7 +10,7 @@ import pytest
 from a2a import bus, messages
 from a2a.models import A2AMessage, PartnerKey
 from agents.models import Agent
-from passkey.models import Ceremony
+from held.models import Ceremony
 from tests.security.conftest import Partner
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]

@@ -16,8 +16,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
 
-from mcplet_host import gateway
-from passkey.models import Ceremony, PasskeyCredential
+from held import lifecycle
+from held.models import Ceremony
+from passkey.models import PasskeyCredential
 from tests.passkey import conftest as passkey
 from tests.passkey.authenticator import SoftAuthenticator
 from tests.passkey.conftest import ORIGIN, RP_ID, hold_email, post_assertion, sign, url
@@ -51,7 +52,7 @@ def still_pending(ceremony):
     nothing — the attempt's block then checks the server's log."""
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.PENDING
-    gateway.resume(ceremony.pk)
+    lifecycle.resume(ceremony.pk)
 
 
 def refused(response, status, reason=None):

@@ -3,9 +3,10 @@ pool deleted, renamed or never created, and in a held call resumed after the poo
 
 import pytest
 
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
-from passkey.models import Ceremony
 from pools.models import Pool
 
 pytestmark = pytest.mark.django_db
@@ -99,7 +100,7 @@ def test_a_held_call_whose_pool_went_away(world, attempts, admin_user):
                 Pool.objects.filter(pk=media.pk).update(name="elsewhere")
             else:
                 world.dispatch.accessible_pools.remove(media)
-            gateway.resume(held.pk)
+            lifecycle.resume(held.pk)
             held.refresh_from_db()
             assert held.status == Ceremony.Status.FAILED
         # Back as it was, for the next round.

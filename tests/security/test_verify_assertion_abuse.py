@@ -14,9 +14,11 @@ from django.test import Client
 from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
 
 from a2a.models import PartnerKey
+from held import lifecycle
+from held.models import Ceremony
 from mcplet_host import gateway
 from passkey.challenges import ChallengeRecord
-from passkey.models import BackendToken, Ceremony
+from passkey.models import BackendToken
 from pools.models import McpServer
 from tests.passkey import conftest as passkey
 from tests.passkey.authenticator import SoftAuthenticator
@@ -350,7 +352,7 @@ def test_the_mail_mcplet_never_sends_what_was_not_verified(
         return ceremony
 
     def resumed(ceremony):
-        gateway.resume(ceremony.pk)  # the approval's task, here rather than in a worker
+        lifecycle.resume(ceremony.pk)  # the approval's task, here rather than in a worker
         ceremony.refresh_from_db()
         assert ceremony.status == Ceremony.Status.FAILED, ceremony.result
         return ceremony.result["error"]
@@ -385,5 +387,5 @@ def test_the_mail_mcplet_never_sends_what_was_not_verified(
         Ceremony.objects.filter(pk=ceremony.pk).update(arguments=edited)
         assert resumed(ceremony)["code"] == "AUTH_FAILED"
 
-    gateway.resume(mine.pk)  # and the genuine approval still sends, once
+    lifecycle.resume(mine.pk)  # and the genuine approval still sends, once
     assert sent() == [{**MAIL, "verdict": "verified"}]

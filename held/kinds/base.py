@@ -1,0 +1,37 @@
+"""What every kind of held call shares; each kind's module overrides what is its own."""
+
+from django.db import transaction
+
+from held.models import Ceremony
+from mcplet_host.celery import enqueue
+
+RESUME_TASK = "mcplet_host.resume_call"  # held.tasks.resume_call: held.lifecycle.resume
+
+
+class HeldKind:
+    """The rules of one kind of held call, which its rows delegate to (`Ceremony.rules`). The
+    defaults are a tool call's: a person approves it, then the lifecycle runs it once."""
+
+    kind = None  # its Ceremony.Kind
+    runs_on_decision = True  # decided → held.lifecycle.resume runs (or refuses) it, once
+    approvable = True  # a person's approval moves it (a form is answered instead)
+    carries_assertion = False  # a strict one takes its passkey assertion to the MCPlet
+    may_run_again = False  # a person may run it again when its outcome is unknown
+    declined = {
+        Ceremony.Status.REJECTED: "The approver rejected this; nothing ran.",
+        Ceremony.Status.EXPIRED: "Nobody approved this in time; nothing ran.",
+    }
+
+    def after_decision(self, ceremony):
+        """In the deciding transaction, after the decision is saved and audited."""
+        if self.runs_on_decision:
+            transaction.on_commit(lambda: enqueue(RESUME_TASK, [ceremony.pk]))
+
+    def before_run(self, ceremony):
+        """Just before an approved call is sent: None to send it, or the ceremony, settled
+        otherwise (nothing is sent)."""
+        return None
+
+    def outcome(self, ceremony):
+        """Its state as a person names it."""
+        return ceremony.get_status_display()

@@ -1,0 +1,130 @@
+"""A call its server answered with a step a person must take first (MCP URL mode, PWMA -32042):
+held like an approval (no worker waits), its page shows the steps; once the step is done — a
+person says so, or the server's `notifications/elicitation/complete` reaches any process — the
+same call is sent again, once. A strict action's step, once done, is held again for a fresh
+passkey approval: its first assertion was used once."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from held.kinds import tool_call
+from held.kinds.base import HeldKind
+from held.models import Ceremony
+from mcplet_host import audit
+from mcplet_host.gateway.envelopes import steps
+
+
+class StepUp(HeldKind):
+    kind = Ceremony.Kind.STEP_UP
+    # Its first call did run (and asked for the step): nothing *more* ran.
+    declined = {
+        Ceremony.Status.REJECTED: "The step was cancelled; the call was not sent again.",
+        Ceremony.Status.EXPIRED: "Nobody finished the step in time; the call was not sent again.",
+    }
+
+    def before_run(self, ceremony):
+        if ceremony.enforcement == Ceremony.Enforcement.STRICT and ceremony.mcplet:
+            return _approve_again(ceremony)
+        # The same call, the same arguments (PWMA's requestId with them), sent once more.
+        asker = ceremony.asker
+        audit.record(
+            "mcplet.stepup.retried",
+            **asker.actor(),
+            target_server=ceremony.server_name,
+            target_tool=ceremony.tool_name,
+            result=audit.PENDING,
+            trace_id=ceremony.trace_id,
+            details={"ceremony": ceremony.token[:8], **asker.authority.audit_details()},
+        )
+        return None
+
+
+def hold_if_asked(mcplet, arguments, envelope, asker, enforcement=Ceremony.Enforcement.HOST_ONLY):
+    """Hold the call if its answer `envelope` asks a person for a step (else None): the
+    approvers are told as for any held call. Audited."""
+    asked = steps(envelope)
+    if not asked:
+        return None
+    with transaction.atomic():
+        ceremony = tool_call.open_call(
+            Ceremony.Kind.STEP_UP,
+            mcplet,
+            arguments,
+            asker,
+            elicitations=asked,
+            prompt_message=envelope["error"]["message"],
+            enforcement=enforcement,
+        )
+        audit.record(
+            "mcplet.stepup.held",
+            **asker.actor(),
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.PENDING,
+            trace_id=asker.trace_id,
+            details={
+                **asker.authority.audit_details(),
+                "ceremony": ceremony.token[:8],
+                "elicitations": [
+                    {k: e.get(k) for k in ("elicitationId", "mode", "domain") if k in e}
+                    for e in ceremony.elicitations
+                ],
+                "expires_at": ceremony.expires_at,
+            },
+        )
+    return ceremony
+
+
+def complete(ceremony, by=None, elicitation_id=""):
+    """The step is done: a person said so (`by`), or the server's
+    notifications/elicitation/complete came (`elicitation_id`). The call is sent again, once.
+    False if it is no longer waiting."""
+    if ceremony.kind != Ceremony.Kind.STEP_UP:
+        return False
+    with transaction.atomic():  # the retry is queued once both are committed
+        if not ceremony.approve(by):
+            return False
+        ceremony.audit_event(
+            "mcplet.stepup.completed",
+            audit.SUCCESS,
+            {
+                "via": "notification" if elicitation_id else "person",
+                **({"elicitationId": elicitation_id} if elicitation_id else {}),
+                **ceremony.authority.audit_details(),
+            },
+            by=by,
+            system=f"server:{ceremony.server_name}",
+        )
+    return True
+
+
+def completed_by_server(server_id, elicitation_id):
+    """The server `server_id` says the step `elicitation_id` is done: complete the step-ups
+    that wait for it (any process's session may have heard it)."""
+    waiting = Ceremony.objects.pending().filter(
+        kind=Ceremony.Kind.STEP_UP, mcplet__server_id=server_id
+    )
+    done = 0
+    for ceremony in waiting:
+        ids = {e.get("elicitationId") for e in ceremony.elicitations if isinstance(e, dict)}
+        if elicitation_id in ids and complete(ceremony, elicitation_id=elicitation_id):
+            done += 1
+    return done
+
+
+def _approve_again(ceremony):
+    """A strict action's step is done, but its passkey assertion was used once: the same call
+    is held for a fresh approval (a new challenge bound to the same call), for the same
+    continuation. Nothing is sent until then."""
+    with transaction.atomic():
+        again = tool_call.hold(
+            ceremony.mcplet, ceremony.arguments, ceremony.asker, after_step=ceremony.token[:8]
+        )
+        ceremony.status, ceremony.executed_at = Ceremony.Status.EXECUTED, timezone.now()
+        ceremony.result = {"stepCompleted": True, "approval": again.token[:8]}
+        ceremony.save(update_fields=["status", "result", "executed_at"])
+    ceremony.notify_continuation()
+    return ceremony
+
+
+RULES = StepUp()

@@ -1,0 +1,120 @@
+"""The gateway: the one enforcement point every MCPlet call passes (docs/design.md, "One tool
+call, end to end"). Checks run in order — routable, surface, pool grants, arguments, pool
+policy (`checks`) — each refusal an MCPlet error envelope (§9.1) and an audit event; a call a
+person must decide on is held (`held`); the rest goes to `tools/call` (`execute`).
+
+Every call comes with the `Authority` it acts under (mcplet_host.authority): its effective
+grants are the calling agent's pools ∩ the pools of every external principal in it, and every
+audit event names who acts, for whom and through whom."""
+
+from dataclasses import dataclass
+
+from held.kinds import step_up, tool_call
+from held.models import Asker, Ceremony
+from mcplet_host import audit, storable
+from mcplet_host.authority import HOST
+from mcplet_host.gateway.checks import SURFACES, Refusal, check
+from mcplet_host.gateway.envelopes import error_envelope
+from mcplet_host.gateway.execute import execute_with_retries
+from pools.models import Mcplet
+
+__all__ = ["SURFACES", "Outcome", "call_tool", "tools_for"]
+
+
+@dataclass
+class Outcome:
+    """What a call came to: `executed` (the tool ran; its envelope may still carry the tool's
+    own error), `refused` (nothing ran), or `pending` (held in `ceremony` for a person)."""
+
+    status: str
+    envelope: dict | None = None
+    ceremony: Ceremony | None = None
+
+    @property
+    def is_error(self):
+        return self.envelope is not None and "error" in self.envelope
+
+
+def tools_for(agent, authority=HOST):
+    """What the agent's LLM sees: accepted ∩ model-visible ∩ granted to the agent ∩ granted to
+    every external principal it acts for.
+    One query, a UNION of the pool-less and the granted branch so each uses the
+    (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read.
+    Sorted here, not in SQL: an ORDER BY name lures SQLite into scanning the name index."""
+    visible = Mcplet.objects.routable().filter(model_visible=True, server__enabled=True).order_by()
+    # A join from the grant table, not `pool IN (subquery)`: SQLite's planner scans every
+    # MCPlet for the latter, and walks the agent's grants to the pool index for the former.
+    granted = visible.filter(pool__agents=agent)
+    for principal in authority.external_principals:  # one join per principal: an intersection
+        granted = granted.filter(pool__agents__agent_id=principal, pool__agents__enabled=True)
+    return sorted(visible.filter(pool__isnull=True).union(granted), key=lambda t: t.name)
+
+
+def call_tool(
+    agent,
+    tool,
+    arguments,
+    surface="model",
+    trace="",
+    *,
+    authority=HOST,
+    proposed_by_model=False,
+    continuation="",
+    continuation_ref="",
+):
+    """Call one MCPlet for `agent`, acting under `authority` (who the work is for).
+
+    Returns an Outcome. An action (or any tool with `_meta.auth`) is not run: it is held as a
+    pending Ceremony; so is every `app`-surface call an LLM proposed (`proposed_by_model`):
+    the app surface means a person, or host code, decided. Once decided, `continuation` (a
+    Celery task name) is sent `(ceremony id, continuation_ref)`.
+    """
+    arguments = {} if arguments is None else arguments
+    asker = Asker(
+        agent.agent_id,
+        authority,
+        proposed_by_model,
+        trace,
+        surface,
+        continuation,
+        continuation_ref,
+    )
+    try:
+        mcplet = check(tool, arguments, agent, authority, surface)
+    except Refusal as refusal:
+        return _refused(refusal, tool, asker)
+    if mcplet.needs_approval or (surface == "app" and proposed_by_model):
+        return Outcome("pending", ceremony=tool_call.hold(mcplet, arguments, asker))
+    envelope = execute_with_retries(mcplet, arguments, asker, asker.call_details())
+    ceremony = step_up.hold_if_asked(mcplet, arguments, envelope, asker)
+    if ceremony is None:
+        return Outcome("executed", envelope)
+    return Outcome("pending", ceremony=ceremony)
+
+
+def _refused(refusal, tool, asker):
+    """A refusal: audited with the rule it broke, answered with nothing sent."""
+    hints = {"retryable": refusal.retryable}
+    if refusal.retry_after_ms is not None:
+        hints["retry_after_ms"] = refusal.retry_after_ms
+    found = None
+    if refusal.rule != "input":
+        found = Mcplet.objects.routable().filter(name=tool).select_related("server").first()
+    audit.record(
+        audit.EventType.TOOL_BLOCKED,
+        **asker.actor(),
+        target_server=found.server.name if found else "",
+        target_tool=str(tool),
+        result=audit.BLOCKED,
+        trace_id=asker.trace_id,
+        details={
+            **asker.call_details(),
+            "rule": refusal.rule,
+            "code": refusal.code,
+            "message": refusal.message,
+        },
+    )
+    tool_id = storable.printable(str(tool))
+    return Outcome(
+        "refused", error_envelope(refusal.code, refusal.message, tool_id, found, **hints)
+    )

@@ -1,0 +1,170 @@
+"""The gateway's envelopes (spec §9.1): a tool's answer, or an error the agent can read, with
+the recovery hints a server sent (MGP §14.5) and the steps a person must take (PWMA -32042)."""
+
+import json
+from urllib.parse import urlsplit
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from mcplet_host import storable
+from mcplet_host.gateway.checks import SURFACES
+from mcplets import ErrorCode, error, ok, recovery_hints
+from pools.models import _read_url as read_url
+
+
+def _visibility(mcplet):
+    return [v for v in SURFACES if v in mcplet.visibility]
+
+
+def error_envelope(code, message, tool, mcplet=None, **hints):
+    if mcplet is None:
+        return dict(error(code, message, tool_id=tool, mcplet_type=None, **hints))
+    return dict(
+        error(
+            code,
+            message,
+            tool_id=mcplet.name,
+            mcplet_type=mcplet.mcplet_type,
+            visibility=_visibility(mcplet),
+            **hints,
+        )
+    )
+
+
+def _payload(result):
+    """The tool's own envelope or value from a CallToolResult: (is_envelope, body)."""
+    body = result.structured_content
+    if isinstance(body, dict) and "_meta" in body and ("result" in body or "error" in body):
+        return True, body
+    if body is not None:
+        return False, body
+    text = "".join(getattr(c, "text", "") for c in result.content)
+    try:
+        return False, json.loads(text)
+    except ValueError:
+        return False, text
+
+
+def server_hints(error):
+    """The MGP §14.5 recovery fields a server sent with its error, kept for the agent (those
+    the host cannot store are dropped)."""
+    hints = recovery_hints(error)
+    if storable.problem(hints.get("details")):
+        del hints["details"]
+    return hints
+
+
+# PWMA over MCP §3.6: a wallet's JSON-RPC errors, each a code the agent can tell apart, and
+# whether trying again later can help (an upstream failure may pass; a locked vault can be
+# unlocked by its holder; a denial or a malformed request stays what it is).
+URL_ELICITATION_REQUIRED = -32042  # MCP's URL mode and PWMA-ERR-ELICIT share it
+PWMA_ERRORS = {
+    -32040: ("X_PWMA_POLICY_DENIED", "the wallet's policy denied the request", False, "security"),
+    -32041: ("X_PWMA_BAD_REQUEST", "the wallet cannot read this request", False, "validation"),
+    URL_ELICITATION_REQUIRED: (
+        "X_PWMA_INTERACTION_REQUIRED",
+        "a person must act first",
+        False,
+        "security",
+    ),
+    -32043: ("X_PWMA_UPSTREAM_ERROR", "an issuer or verifier failed", True, "external"),
+    -32044: ("X_PWMA_VAULT_LOCKED", "the wallet's vault is locked", True, "security"),
+}
+
+
+def jsonrpc_error(mcplet, exc, told):
+    """A JSON-RPC error the server answered: a PWMA code by its name, any other as unknown;
+    the hints the server `told` (its `data._mgp`) win over the host's defaults."""
+    hints = told
+    if exc.code in PWMA_ERRORS:
+        code, meaning, retryable, category = PWMA_ERRORS[exc.code]
+        hints = {"retryable": retryable, "category": category, **told}
+        if exc.code == URL_ELICITATION_REQUIRED:
+            hints["details"] = {"elicitations": _elicitations(exc.data)}
+        message = f"{exc.message} (PWMA {exc.code}: {meaning})"
+    else:
+        code = ErrorCode.UNKNOWN_ERROR
+        message = f"The server answered with an error: {exc.message} ({exc.code})."
+    return error_envelope(code, message, mcplet.name, mcplet, **hints)
+
+
+MAX_ELICITATIONS = 8
+MAX_ELICITATION_CHARS = 4096
+URL_STEP = {"mode", "message", "url", "elicitation_id"}
+
+
+def _elicitations(data):
+    """The steps a -32042 asks a person to take, kept whole and uninterpreted: the MCP URL
+    mode (the SDK's ElicitRequestURLParams) and PWMA's QR mode (§3.4, an opaque payload).
+    What is malformed or cannot be stored is left out."""
+    from mcp_types import ElicitRequestURLParams
+    from pydantic import ValidationError
+
+    found = []
+    raw = data.get("elicitations") if isinstance(data, dict) else None
+    for item in (raw if isinstance(raw, list) else [])[:MAX_ELICITATIONS]:
+        if not isinstance(item, dict) or storable.problem(item):
+            continue
+        if item.get("mode") == "qr":
+            step = {k: item.get(k) for k in ("elicitationId", "mode", "message", "qrPayload")}
+        else:
+            try:
+                params = ElicitRequestURLParams.model_validate(item)
+            except ValidationError:
+                continue
+            # Read as the person's browser will read it; an ambiguous URL is not shown at all.
+            host, ambiguity = read_url(params.url) or ("", "not a web URL")
+            if not host or ambiguity or urlsplit(params.url).scheme not in ("http", "https"):
+                continue
+            step = params.model_dump(by_alias=True, exclude_none=True, include=URL_STEP)
+            step["domain"] = host
+        if all(isinstance(v, str) and len(v) <= MAX_ELICITATION_CHARS for v in step.values()):
+            found.append(step)
+    return found
+
+
+def envelope_of(mcplet, result):
+    is_envelope, body = _payload(result)
+    if result.is_error or (is_envelope and "error" in body):
+        err = body.get("error") if is_envelope and isinstance(body.get("error"), dict) else {}
+        code = str(err.get("code", ""))
+        if code not in set(ErrorCode) and not code.startswith("X_"):
+            code = ErrorCode.UNKNOWN_ERROR
+        message = err.get("message") or (body if isinstance(body, str) else json.dumps(body))
+        return error_envelope(code, str(message), mcplet.name, mcplet, **server_hints(err))
+    value = body["result"] if is_envelope else body
+    if mcplet.result_schema is not None:
+        schema = mcplet.result_schema
+        problem = best_match(validator_for(schema, Draft202012Validator)(schema).iter_errors(value))
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path) or "(the result)"
+            return error_envelope(
+                "X_INVALID_RESULT",
+                f"The result breaks its declared schema ({mcplet.result_schema_uri}) at "
+                f"{where}: {problem.message} (§9.2).",
+                mcplet.name,
+                mcplet,
+            )
+    return dict(
+        ok(
+            value,
+            tool_id=mcplet.name,
+            mcplet_type=mcplet.mcplet_type,
+            visibility=_visibility(mcplet),
+        )
+    )
+
+
+def steps(envelope):
+    """The steps a person must take before the call can succeed, or []."""
+    error = envelope.get("error") or {}
+    if error.get("code") != PWMA_ERRORS[URL_ELICITATION_REQUIRED][0]:
+        return []
+    return (error.get("details") or {}).get("elicitations") or []
+
+
+def failure(envelope):
+    """What the audit keeps of a failed call: its code, and its message for whoever must act."""
+    return {"code": envelope["error"]["code"], "message": envelope["error"]["message"][:500]}

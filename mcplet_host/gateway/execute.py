@@ -1,0 +1,143 @@
+"""The single path to `tools/call` (docs/design.md, "One tool call, end to end", steps 7–9):
+the call on the server's long-lived session, its envelope, its audit event — and the retries a
+server's own hints allow."""
+
+import itertools
+import time
+
+from django.conf import settings
+
+from held.kinds.form import FormAsker
+from mcplet_host import audit
+from mcplet_host.gateway.envelopes import (
+    envelope_of,
+    error_envelope,
+    failure,
+    jsonrpc_error,
+    server_hints,
+)
+from mcplets import ErrorCode
+from mcplets.envelope import RECOVERY_FIELDS
+from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
+from pools.models import Mcplet
+from pools.sessions import sessions
+
+OUTCOME_UNKNOWN = "X_OUTCOME_UNKNOWN"
+
+
+def execute(mcplet, arguments, asker, details, meta=None):
+    """Steps 7–9: tools/call with a timeout, the result envelope, the audit event. A held call
+    (`meta` carries its idempotency key) whose request left but got no answer is outcome-unknown:
+    not retryable, and the host never sends it again. The server's form requests during the
+    call go to a person (FormAsker) on behalf of `asker` (held.models.Asker), who acts.
+
+    Returns (envelope, the MGP recovery hints the server itself sent with its error)."""
+    actor, trace = asker.actor(), asker.trace_id
+    started = time.monotonic()
+    told = {}
+    if not mcplet.server.enabled:
+        envelope = error_envelope(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            f"The server {mcplet.server.name} is disabled.",
+            mcplet.name,
+            mcplet,
+            retryable=False,
+        )
+    else:
+        from mcp.shared.exceptions import MCPError  # the MCP SDK loads at the first call
+
+        try:
+            result = sessions.call_tool(
+                ServerConfig.of(mcplet.server),
+                mcplet.name,
+                arguments,
+                meta=meta,
+                timeout=settings.MCPLET_TOOL_TIMEOUT,
+                asker=FormAsker(mcplet, arguments, asker),
+            )
+        except OutcomeUnknown as exc:
+            held = meta is not None
+            envelope = error_envelope(
+                OUTCOME_UNKNOWN,
+                f"{exc}: the request was sent to the MCP server at {mcplet.server.endpoint} and no "
+                "answer came, so it may have run. "
+                + (
+                    "The host will not send it again: check before running it again (a re-run "
+                    "reuses this call's idempotency key)."
+                    if held
+                    else "Check before calling it again."
+                ),
+                mcplet.name,
+                mcplet,
+                # Only a read is safe to try again (§5: side-effect free, idempotent).
+                retryable=not held and mcplet.mcplet_type == Mcplet.Type.READ,
+            )
+        except ServerUnreachable as exc:
+            where = mcplet.server.endpoint  # HTTP failures already name their URL
+            envelope = error_envelope(
+                ErrorCode.SERVICE_UNAVAILABLE,
+                str(exc) if where in str(exc) else f"{exc} (the MCP server at {where})",
+                mcplet.name,
+                mcplet,
+                retryable=True,
+                retry_after_ms=5000,
+            )
+        except MCPError as exc:
+            told = server_hints(exc.data) if isinstance(exc.data, dict) else {}
+            envelope = jsonrpc_error(mcplet, exc, told)
+        else:
+            envelope = envelope_of(mcplet, result)
+            told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
+    failed = "error" in envelope
+    audit.record(
+        audit.EventType.TOOL_EXECUTED,
+        **actor,
+        target_server=mcplet.server.name,
+        target_tool=mcplet.name,
+        result=audit.FAILURE if failed else audit.SUCCESS,
+        trace_id=trace,
+        details={
+            **details,
+            "mcpletType": mcplet.mcplet_type,
+            "pool": mcplet.pool_name,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            **(failure(envelope) if failed else {}),
+        },
+    )
+    return envelope, told
+
+
+def _retry_wait(mcplet, told, attempt):
+    """Milliseconds to wait before trying a failed call again, or None (MGP §14.6): only a
+    read or a prepare the server itself marked retryable — never an action — at most
+    MCPLET_TOOL_RETRIES times (fewer if it says so), and only while the wait it asks for
+    stays under MCPLET_TOOL_RETRY_MAX_WAIT_MS (the worker sleeps through it)."""
+    if mcplet.mcplet_type == Mcplet.Type.ACTION or told.get("retryable") is not True:
+        return None
+    limit = settings.MCPLET_TOOL_RETRIES
+    if attempt > min(told.get("max_retries", limit), limit):
+        return None
+    wait = told.get("retry_after_ms", 0)
+    if told.get("retry_strategy") == "exponential_backoff":
+        wait = max(wait, 100) * 2 ** (attempt - 1)
+    return wait if wait <= settings.MCPLET_TOOL_RETRY_MAX_WAIT_MS else None
+
+
+def execute_with_retries(mcplet, arguments, asker, details):
+    """`execute`, tried again as the server's hints allow, each retry audited."""
+    for attempt in itertools.count(1):
+        envelope, told = execute(mcplet, arguments, asker, details)
+        wait = _retry_wait(mcplet, told, attempt) if "error" in envelope else None
+        if wait is None:
+            return envelope
+        actor, trace = asker.actor(), asker.trace_id
+        audit.record(
+            "mcplet.tool.retried",
+            **actor,
+            target_server=mcplet.server.name,
+            target_tool=mcplet.name,
+            result=audit.PENDING,
+            trace_id=trace,
+            details={**details, "attempt": attempt + 1, "wait_ms": wait, **failure(envelope)},
+        )
+        time.sleep(wait / 1000)
