@@ -7,9 +7,14 @@ from django.conf import settings
 from django.db import migrations, models
 
 
-def move_content_type(apps, schema_editor):
+def move_content_type(apps, schema_editor, old="passkey", new="held"):
     ContentType = apps.get_model("contenttypes", "ContentType")
-    ContentType.objects.filter(app_label="passkey", model="ceremony").update(app_label="held")
+    if not ContentType.objects.filter(app_label=new, model="ceremony").exists():
+        ContentType.objects.filter(app_label=old, model="ceremony").update(app_label=new)
+
+
+def move_content_type_back(apps, schema_editor):
+    move_content_type(apps, schema_editor, old="held", new="passkey")
 
 
 def mark_reruns(apps, schema_editor):
@@ -71,6 +76,6 @@ class Migration(migrations.Migration):
                 'permissions': [('approve_ceremony', 'Can approve or reject tool calls with a passkey')],
             },
         )]),
-        migrations.RunPython(move_content_type, migrations.RunPython.noop),
+        migrations.RunPython(move_content_type, move_content_type_back),
         migrations.RunPython(mark_reruns, unmark_reruns),
     ]
