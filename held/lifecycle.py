@@ -74,18 +74,16 @@ def abandon(ceremony_id):
     if _settle(ceremony, Ceremony.Status.OUTCOME_UNKNOWN, envelope) is None:
         return
     asker = ceremony.asker
-    audit.record(
+    asker.record(
         audit.EventType.TOOL_EXECUTED,
-        **asker.actor(),
-        target_server=ceremony.server_name,
-        target_tool=ceremony.tool_name,
-        result=audit.FAILURE,
-        trace_id=ceremony.trace_id,
-        details={
+        audit.FAILURE,
+        {
             **asker.authority.audit_details(),
             "ceremony": ceremony.token[:8],
             **failure(envelope),
         },
+        server=ceremony.server_name,
+        tool=ceremony.tool_name,
     )
 
 
@@ -137,19 +135,12 @@ def _run_approved(ceremony):
                 "assertion",
             )
     except Refusal as refusal:
-        audit.record(
+        asker.record(
             audit.EventType.TOOL_BLOCKED,
-            **asker.actor(),
-            target_server=ceremony.server_name,
-            target_tool=ceremony.tool_name,
-            result=audit.BLOCKED,
-            trace_id=ceremony.trace_id,
-            details={
-                **details,
-                "rule": refusal.rule,
-                "code": refusal.code,
-                "message": refusal.message,
-            },
+            audit.BLOCKED,
+            {**details, **refusal.audit_details()},
+            server=ceremony.server_name,
+            tool=ceremony.tool_name,
         )
         return error_envelope(refusal.code, refusal.message, ceremony.tool_name, ceremony.mcplet)
     meta = {"idempotencyKey": ceremony.idempotency_key}

@@ -57,6 +57,18 @@ class Asker:
         """The audit event's actor: the asking agent."""
         return {"actor_type": audit.ActorType.AGENT, "actor_id": self.agent_id}
 
+    def record(self, event_type, result, details, *, server="", tool=""):
+        """An audit event of this asker's call: the agent acts, in its trace."""
+        audit.record(
+            event_type,
+            **self.actor(),
+            target_server=server,
+            target_tool=tool,
+            result=result,
+            trace_id=self.trace_id,
+            details=details,
+        )
+
     def call_details(self):
         """The audit details of its call: for whom, through whom, on which surface, and
         whether its LLM proposed it."""

@@ -44,17 +44,15 @@ def hold(asker, result, prompt_message):
             prompt_message=prompt_message,
             enforcement=Ceremony.Enforcement.HOST_ONLY,
         )
-        audit.record(
+        asker.record(
             "mcplet.approval.requested",
-            **asker.actor(),
-            target_tool=ceremony.tool_name,
-            result=audit.PENDING,
-            trace_id=asker.trace_id,
-            details={
+            audit.PENDING,
+            {
                 "ceremony": ceremony.token[:8],
                 "kind": "result",
                 **asker.authority.audit_details(),
             },
+            tool=ceremony.tool_name,
         )
     return ceremony
 

@@ -27,14 +27,12 @@ class StepUp(HeldKind):
             return _approve_again(ceremony)
         # The same call, the same arguments (PWMA's requestId with them), sent once more.
         asker = ceremony.asker
-        audit.record(
+        asker.record(
             "mcplet.stepup.retried",
-            **asker.actor(),
-            target_server=ceremony.server_name,
-            target_tool=ceremony.tool_name,
-            result=audit.PENDING,
-            trace_id=ceremony.trace_id,
-            details={"ceremony": ceremony.token[:8], **asker.authority.audit_details()},
+            audit.PENDING,
+            {"ceremony": ceremony.token[:8], **asker.authority.audit_details()},
+            server=ceremony.server_name,
+            tool=ceremony.tool_name,
         )
         return None
 
@@ -55,14 +53,10 @@ def hold_if_asked(mcplet, arguments, envelope, asker, enforcement=Ceremony.Enfor
             prompt_message=envelope["error"]["message"],
             enforcement=enforcement,
         )
-        audit.record(
+        asker.record(
             "mcplet.stepup.held",
-            **asker.actor(),
-            target_server=mcplet.server.name,
-            target_tool=mcplet.name,
-            result=audit.PENDING,
-            trace_id=asker.trace_id,
-            details={
+            audit.PENDING,
+            {
                 **asker.authority.audit_details(),
                 "ceremony": ceremony.token[:8],
                 "elicitations": [
@@ -71,6 +65,8 @@ def hold_if_asked(mcplet, arguments, envelope, asker, enforcement=Ceremony.Enfor
                 ],
                 "expires_at": ceremony.expires_at,
             },
+            server=mcplet.server.name,
+            tool=mcplet.name,
         )
     return ceremony
 

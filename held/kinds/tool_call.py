@@ -20,14 +20,10 @@ def hold(mcplet, arguments, asker, **audited):
     `audited` added to the event's details)."""
     with transaction.atomic():
         ceremony = open_call(Ceremony.Kind.TOOL_CALL, mcplet, arguments, asker)
-        audit.record(
+        asker.record(
             "mcplet.approval.requested",
-            **asker.actor(),
-            target_server=mcplet.server.name,
-            target_tool=mcplet.name,
-            result=audit.PENDING,
-            trace_id=asker.trace_id,
-            details={
+            audit.PENDING,
+            {
                 **asker.call_details(),
                 "ceremony": ceremony.token[:8],
                 "arguments": arguments,
@@ -35,6 +31,8 @@ def hold(mcplet, arguments, asker, **audited):
                 "expires_at": ceremony.expires_at,
                 **audited,
             },
+            server=mcplet.server.name,
+            tool=mcplet.name,
         )
     return ceremony
 

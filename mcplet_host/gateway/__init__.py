@@ -100,19 +100,12 @@ def _refused(refusal, tool, asker):
     found = None
     if refusal.rule != "input":
         found = Mcplet.objects.routable().filter(name=tool).select_related("server").first()
-    audit.record(
+    asker.record(
         audit.EventType.TOOL_BLOCKED,
-        **asker.actor(),
-        target_server=found.server.name if found else "",
-        target_tool=str(tool),
-        result=audit.BLOCKED,
-        trace_id=asker.trace_id,
-        details={
-            **asker.call_details(),
-            "rule": refusal.rule,
-            "code": refusal.code,
-            "message": refusal.message,
-        },
+        audit.BLOCKED,
+        {**asker.call_details(), **refusal.audit_details()},
+        server=found.server.name if found else "",
+        tool=str(tool),
     )
     tool_id = storable.printable(str(tool))
     return Outcome(

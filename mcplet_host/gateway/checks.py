@@ -19,6 +19,10 @@ class Refusal(Exception):
         self.code, self.message, self.rule = code, message, rule
         self.retryable, self.retry_after_ms = retryable, retry_after_ms
 
+    def audit_details(self):
+        """What a TOOL_BLOCKED event says of it: the rule broken, its code and message."""
+        return {"rule": self.rule, "code": self.code, "message": self.message}
+
 
 def _granted(agent):
     return agent.accessible_pools.through.objects.filter(agent_id=agent.pk).values("pool_id")
