@@ -319,3 +319,57 @@ def test_localhost_mode_the_host_link_leads_to_the_loopback_page(
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
     wait_port_closed(direct)
+
+
+def on_its_own_port(host):
+    return lambda url: urlparse(url).port != urlparse(host).port
+
+
+def test_after_a_restart_open_the_approval_page_leads_to_a_new_loopback_page(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    """The host restarted (its loopback pages with it): the host's page offers to open the
+    approval page, and the button leads there under the page's strict CSP, whose form-action
+    would stop a redirect to another port."""
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    host_link, direct = links(mailoutbox, ceremony)
+    loopback.close_all()  # what a restart does to them
+    wait_port_closed(direct)
+
+    page.goto(host_link)
+    assert_shows_the_call(page)
+    expect(page.locator("#approve")).to_have_count(0)  # never on the host's own port
+    page.click("#open")
+    page.wait_for_url(on_its_own_port(host))
+    assert page.url != direct and page.url.endswith(ceremony.get_absolute_url())
+    assert_shows_the_call(page)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED and ceremony.result["result"]["sent"] == 2
+    assert mailer() == [{**MAIL, "verdict": "verified"}]
+    wait_port_closed(page.url)
+    assert_clean_console(page)
+    assert page.problems == []
+
+
+def test_signing_in_leads_on_to_the_loopback_page(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    """The e-mail's link, signed out: the sign-in form, then the approval's own port (a form's
+    redirects cannot leave the host's origin under its CSP: a page leads on)."""
+    ceremony = hold(registry)
+    host_link, direct = links(mailoutbox, ceremony)
+    page.goto(host_link)
+    page.wait_for_url(lambda url: url.startswith(f"{host}/passkey/login/?next="))
+    page.fill("#id_username", "manager")
+    page.fill("#id_password", "pw-approver-1")
+    page.click("form.login button")
+    page.wait_for_url(direct)
+    assert_shows_the_call(page)
+    page.click("#reject")
+    expect(page.locator("#status")).to_contain_text("Rejected")
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
+    assert_clean_console(page)

@@ -98,3 +98,20 @@ def test_run_again_without_the_forms_csrf_token_is_refused(unknown, calls, appro
     assert Ceremony.objects.count() == 1 and len(calls("book_table")) == 1
     event = AuditEvent.objects.get(event_type="http.csrf_refused")
     assert (event.actor_id, event.details["path"]) == ("manager", url(unknown, "run-again"))
+
+
+def test_in_localhost_mode_run_again_leads_to_the_reruns_own_page(
+    unknown, calls, approver_client, settings
+):
+    """Not a redirect to the re-run's loopback port: after a form, the CSP would stop it."""
+    from passkey import loopback
+
+    settings.PASSKEY_MODE = "localhost"
+    response = approver_client.post(url(unknown, "run-again"))
+    rerun = Ceremony.objects.get(rerun_of=unknown)
+    live = loopback.live_url(rerun.token)
+    assert live.startswith("http://localhost:") and live.endswith(url(rerun))
+    assert response.status_code == 200 and f'id="go" class="button approve" href="{live}"' in (
+        response.content.decode()
+    )
+    assert len(calls("book_table")) == 1
