@@ -21,6 +21,7 @@ from mcplet_host.authority import HOST, Authority
 from mcplet_host.tasks import expire_ceremonies
 from passkey import loopback
 from passkey.models import Ceremony, PasskeyCredential
+from tests.browser import open_tab
 from tests.passkey.conftest import configure
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -256,13 +257,16 @@ def test_the_plan_reads_as_text_and_tables_and_every_page_leads_on(page, host, a
     expect(row.locator("table.value")).to_be_hidden()  # folded: a plan is long
     row.locator("summary").click()
     expect(row.locator("table.value tbody tr")).to_have_count(2)
-    row.get_by_role("link", name="approval page").click()
-    page.wait_for_url(f"{host}{ceremony.get_absolute_url()}")
-    page.click("#reject")
-    expect(page.locator("#status")).to_contain_text("Rejected: nothing ran")
+    # A tab of its own: the dashboard stays.
+    approval = open_tab(page, row.get_by_role("link", name="approval page").click)
+    approval.wait_for_url(f"{host}{ceremony.get_absolute_url()}")
+    assert page.url == f"{host}/dashboard/approvals/"
+    approval.click("#reject")
+    expect(approval.locator("#status")).to_contain_text("Rejected: nothing ran")
+    approval.wait_for_event("close")  # done, it closes itself: the person is back on the dashboard
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED
-    assert [p for p in page.problems if "/ws/" not in p] == []
+    assert [p for p in page.problems + approval.problems if "/ws/" not in p] == []
 
 
 @pytest.mark.parametrize("mode", ["https", "localhost"])
@@ -373,3 +377,29 @@ def test_signing_in_leads_on_to_the_loopback_page(
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
     assert_clean_console(page)
+
+
+def test_the_dashboard_opens_the_approval_page_in_a_tab_of_its_own(
+    page, host, approver, mailer, registry, localhost_mode
+):
+    """Localhost mode: the dashboard's link opens a new tab, which goes on to the call's own
+    port; once approved, that tab closes itself and the dashboard is where it was."""
+    approver.is_staff = True
+    approver.save()
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    page.goto(f"{host}/dashboard/approvals/")
+    link = page.locator(f"#approval-{ceremony.pk}").get_by_role("link", name="approval page")
+    expect(link).to_have_attribute("target", "_blank")
+    expect(link).to_have_attribute("rel", "noopener")
+    approval = open_tab(page, link.click)
+    approval.wait_for_url(on_its_own_port(host))
+    assert approval.url == loopback.live_url(ceremony.token)
+    assert page.url == f"{host}/dashboard/approvals/"
+    approval.click("#approve")
+    expect(approval.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    approval.wait_for_event("close")
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED
+    assert mailer() == [{**MAIL, "verdict": "verified"}]
+    assert [p for p in page.problems + approval.problems if "/ws/" not in p] == []
