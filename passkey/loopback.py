@@ -3,9 +3,11 @@ ephemeral port. It serves that ceremony's page and callback — the same Django 
 mode, restricted to them — and is closed after delivery, rejection, cancel or expiry."""
 
 import logging
+import socket
 import socketserver
 import threading
 import time
+from urllib.parse import urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.cache import cache
@@ -37,8 +39,18 @@ def _closed_key(token):
 
 
 def live_url(token):
-    """The page URL of the ceremony's running loopback server (in any process), or None."""
-    return cache.get(_url_key(token))
+    """The page URL of the ceremony's running loopback server (in any process of this
+    machine), or None. An advertisement its server could not take back — the process that
+    served it was killed, or the host restarted, moments ago — is not live: nothing answers."""
+    url = cache.get(_url_key(token))
+    if url is None:
+        return None
+    try:
+        socket.create_connection((BIND, urlsplit(url).port), timeout=1).close()
+    except (OSError, ValueError, TypeError):
+        cache.delete(_url_key(token))
+        return None
+    return url
 
 
 def page_done(token):

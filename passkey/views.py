@@ -2,13 +2,14 @@
 server-to-server verify-assertion endpoint (§7.1.2). Thin: the models decide."""
 
 import json
+import logging
 from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.views import LoginView, redirect_to_login
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
 from django.utils.cache import add_never_cache_headers
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -25,6 +26,8 @@ from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
 from passkey.models import BackendToken, PasskeyCredential, audit_refusal
 from pools.models import _read_url as read_url
+
+logger = logging.getLogger(__name__)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -190,7 +193,7 @@ def ceremony(request, token):
     can_approve = _approval_origin(request) is not None
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
     if pending and not can_approve and (live := loopback.live_url(token)):
-        return redirect(live)
+        return _to_loopback(request, ceremony, live)
     return _page(request, ceremony, can_approve)
 
 
@@ -221,12 +224,33 @@ def _page(request, ceremony, can_approve, refusal=None):
 @approver_required
 @require_POST
 def open_page(request, token):
-    """Localhost mode, on the host's own port: (re)start the ceremony's loopback page, e.g.
-    after the process that held it restarted, and go there."""
-    ceremony = get_object_or_404(Ceremony, token=token)
-    if _approval_origin(request) is not None or ceremony.status != Ceremony.Status.PENDING:
-        return redirect(ceremony)
-    return redirect(loopback.serve(ceremony).url)
+    """Localhost mode, on the host's own port: (re)start the ceremony's loopback page — e.g.
+    after the host restarted, or for a call another process held — and go there."""
+    ceremony = _ceremony(request, token)
+    if ceremony is None:
+        return _unknown(request, token, "open")
+    return _open(request, ceremony)
+
+
+def _open(request, ceremony):
+    pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
+    if _approval_origin(request) is not None or not pending:
+        return redirect(ceremony)  # approved here, or its page says it was decided
+    try:
+        live = loopback.live_url(ceremony.token) or loopback.serve(ceremony).url
+    except OSError:
+        logger.exception("Could not start the approval page of %s", ceremony)
+        problem = Refused("unavailable", "The approval page could not be started; try again.", 503)
+        return _page(request, ceremony, False, problem)
+    return _to_loopback(request, ceremony, live)
+
+
+def _to_loopback(request, ceremony, url):
+    """The way from the host's port to the ceremony's own loopback page: a page on the host's
+    origin whose link (followed at once by a script of its own) leads there. Never a redirect:
+    the page's CSP (`form-action 'self'`) also governs the redirects that follow a form — the
+    button above, the sign-in, "Run again" — and a browser stops them at the other port."""
+    return render(request, "passkey/open.html", {"ceremony": ceremony, "url": url})
 
 
 @passkey_page
@@ -337,7 +361,7 @@ def run_again(request, token):
         again = rerun.run_again(ceremony, request.user)
     except Refused as refusal:
         return _page(request, ceremony, _approval_origin(request) is not None, refusal)
-    return redirect(again)
+    return _open(request, again)  # in localhost mode, on to the re-run's own loopback page
 
 
 def _form_page(request, ceremony, form, status=200):

@@ -84,15 +84,40 @@ class Authenticator:
     def clear(self):
         self.cdp.send("WebAuthn.clearCredentials", {"authenticatorId": self.id})
 
+    def hold(self, credentials):
+        """Hold exactly these passkeys, their sign counts as they are."""
+        self.clear()
+        for credential in credentials:
+            self.cdp.send(
+                "WebAuthn.addCredential", {"authenticatorId": self.id, "credential": credential}
+            )
+
 
 def new_page(context):
     """A page with a virtual authenticator, its console, and its problems: script errors, CSP
     violations, failed requests (but the websocket: the WSGI live server has none)."""
     page = context.new_page()
-    cdp = context.new_cdp_session(page)
+    watch(page)
+    add_authenticator(page)
+    return page
+
+
+def add_authenticator(page, like=None):
+    """A virtual authenticator for `page` (each tab has its own), holding the passkeys of the
+    page `like`, if given: a tab the person opened from that one."""
+    cdp = page.context.new_cdp_session(page)
     cdp.send("WebAuthn.enable")
     added = cdp.send("WebAuthn.addVirtualAuthenticator", {"options": AUTHENTICATOR})
     page.authenticator = Authenticator(cdp, added["authenticatorId"])
+    if like is not None:
+        page.authenticator.hold(like.authenticator.credentials())
+    return page
+
+
+def watch(page):
+    """Keep `page`'s console and its problems (once per page)."""
+    if hasattr(page, "problems"):
+        return page
     page.console_messages, page.problems = [], []
     page.on("console", lambda message: page.console_messages.append(message.text))
     page.on("pageerror", lambda error: page.problems.append(str(error)))
@@ -115,10 +140,34 @@ def new_page(context):
     return page
 
 
+def open_tab(page, click):
+    """`click()` opens a new tab (a link with target=_blank): that tab, watched from its first
+    response, with a virtual authenticator holding `page`'s passkeys."""
+    with page.expect_popup() as opened:
+        click()
+    return add_authenticator(opened.value, like=page)
+
+
+def close_tab(tab, back_to, signed=1):
+    """Close a tab `open_tab` gave, if it did not close itself, its passkeys back in `back_to`'s
+    authenticator with their sign counts advanced (by the `signed` assertions made in it, if the
+    tab is gone): one person's one passkey."""
+    try:
+        credentials = tab.authenticator.credentials()
+    except Exception:  # the tab closed itself, and its authenticator with it
+        credentials = back_to.authenticator.credentials()
+        for credential in credentials:
+            credential["signCount"] += signed
+    back_to.authenticator.hold(credentials)
+    if not tab.is_closed():
+        tab.close()
+
+
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport=LAPTOP)
     context.set_default_timeout(20_000)
+    context.on("page", watch)  # tabs the pages open too
     yield new_page(context)
     context.close()
 

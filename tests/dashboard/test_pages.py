@@ -252,3 +252,23 @@ def test_the_trace_page_draws_the_sequence_and_offers_each_payload(staff_client,
 
     missing = "00000000-0000-4000-8000-000000000000"
     assert staff_client.get(reverse("dashboard:trace", args=[missing])).status_code == 404
+
+
+@pytest.mark.django_db
+def test_approval_pages_open_in_a_tab_of_their_own(staff_client, registry):
+    """An approval page says "close this tab" once decided: it must not be the dashboard's."""
+    from mcplet_host import gateway
+
+    held = gateway.call_tool(
+        registry["dispatch"], "send_email", {"to": ["a@example.jp"], "body": "hi"}, "app"
+    ).ceremony
+    for name in ("overview", "approvals"):
+        page = staff_client.get(reverse(f"dashboard:{name}")).content.decode()
+        row = page.split(f'id="approval-{held.pk}"')[1].split("</tr>")[0]
+        assert (
+            f'<a data-href="url" href="{held.get_absolute_url()}" target="_blank" '
+            'rel="noopener">approval page</a>'
+        ) in row
+        # The rows that arrive live are cloned from this template.
+        template = page.split('<template id="tpl-approval">')[1].split("</template>")[0]
+        assert '<a data-href="url" target="_blank" rel="noopener">approval page</a>' in template

@@ -25,6 +25,7 @@ from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
 from passkey import loopback
 from passkey.models import PasskeyCredential
+from tests.browser import open_tab
 from tests.passkey.conftest import configure
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -258,13 +259,16 @@ def test_the_plan_reads_as_text_and_tables_and_every_page_leads_on(page, host, a
     expect(row.locator("table.value")).to_be_hidden()  # folded: a plan is long
     row.locator("summary").click()
     expect(row.locator("table.value tbody tr")).to_have_count(2)
-    row.get_by_role("link", name="approval page").click()
-    page.wait_for_url(f"{host}{ceremony.get_absolute_url()}")
-    page.click("#reject")
-    expect(page.locator("#status")).to_contain_text("Rejected: nothing ran")
+    # A tab of its own: the dashboard stays.
+    approval = open_tab(page, row.get_by_role("link", name="approval page").click)
+    approval.wait_for_url(f"{host}{ceremony.get_absolute_url()}")
+    assert page.url == f"{host}/dashboard/approvals/"
+    approval.click("#reject")
+    expect(approval.locator("#status")).to_contain_text("Rejected: nothing ran")
+    approval.wait_for_event("close")  # done, it closes itself: the person is back on the dashboard
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED
-    assert [p for p in page.problems if "/ws/" not in p] == []
+    assert [p for p in page.problems + approval.problems if "/ws/" not in p] == []
 
 
 @pytest.mark.parametrize("mode", ["https", "localhost"])
@@ -321,3 +325,83 @@ def test_localhost_mode_the_host_link_leads_to_the_loopback_page(
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
     wait_port_closed(direct)
+
+
+def on_its_own_port(host):
+    return lambda url: urlparse(url).port != urlparse(host).port
+
+
+def test_after_a_restart_open_the_approval_page_leads_to_a_new_loopback_page(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    """The host restarted (its loopback pages with it): the host's page offers to open the
+    approval page, and the button leads there under the page's strict CSP, whose form-action
+    would stop a redirect to another port."""
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    host_link, direct = links(mailoutbox, ceremony)
+    loopback.close_all()  # what a restart does to them
+    wait_port_closed(direct)
+
+    page.goto(host_link)
+    assert_shows_the_call(page)
+    expect(page.locator("#approve")).to_have_count(0)  # never on the host's own port
+    page.click("#open")
+    page.wait_for_url(on_its_own_port(host))
+    assert page.url != direct and page.url.endswith(ceremony.get_absolute_url())
+    assert_shows_the_call(page)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED and ceremony.result["result"]["sent"] == 2
+    assert mailer() == [{**MAIL, "verdict": "verified"}]
+    wait_port_closed(page.url)
+    assert_clean_console(page)
+    assert page.problems == []
+
+
+def test_signing_in_leads_on_to_the_loopback_page(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    """The e-mail's link, signed out: the sign-in form, then the approval's own port (a form's
+    redirects cannot leave the host's origin under its CSP: a page leads on)."""
+    ceremony = hold(registry)
+    host_link, direct = links(mailoutbox, ceremony)
+    page.goto(host_link)
+    page.wait_for_url(lambda url: url.startswith(f"{host}/passkey/login/?next="))
+    page.fill("#id_username", "manager")
+    page.fill("#id_password", "pw-approver-1")
+    page.click("form.login button")
+    page.wait_for_url(direct)
+    assert_shows_the_call(page)
+    page.click("#reject")
+    expect(page.locator("#status")).to_contain_text("Rejected")
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED and mailer() == []
+    assert_clean_console(page)
+
+
+def test_the_dashboard_opens_the_approval_page_in_a_tab_of_its_own(
+    page, host, approver, mailer, registry, localhost_mode
+):
+    """Localhost mode: the dashboard's link opens a new tab, which goes on to the call's own
+    port; once approved, that tab closes itself and the dashboard is where it was."""
+    approver.is_staff = True
+    approver.save()
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    page.goto(f"{host}/dashboard/approvals/")
+    link = page.locator(f"#approval-{ceremony.pk}").get_by_role("link", name="approval page")
+    expect(link).to_have_attribute("target", "_blank")
+    expect(link).to_have_attribute("rel", "noopener")
+    approval = open_tab(page, link.click)
+    approval.wait_for_url(on_its_own_port(host))
+    assert approval.url == loopback.live_url(ceremony.token)
+    assert page.url == f"{host}/dashboard/approvals/"
+    approval.click("#approve")
+    expect(approval.locator("#status")).to_contain_text("Approved", timeout=30_000)
+    approval.wait_for_event("close")
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTED
+    assert mailer() == [{**MAIL, "verdict": "verified"}]
+    assert [p for p in page.problems + approval.problems if "/ws/" not in p] == []

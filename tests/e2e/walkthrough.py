@@ -4,9 +4,10 @@ runhost, or daphne + a worker): what the operator does in the browser, and what 
 from pathlib import Path
 from urllib.parse import urlparse
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
-from tests.browser import screenshot
+from tests.browser import close_tab, open_tab, screenshot
 from tests.restaurant.test_reference_script import SCRIPT
 
 
@@ -39,18 +40,40 @@ def run_director(page, host):
 
 
 def approve_from_the_dashboard(page, host, tool, shows, picture):
-    """Approvals → the pending call's page → (its loopback port) → Approve with the passkey."""
+    """Approvals → the pending call's page, in a tab of its own → (its loopback port) →
+    Approve with the passkey. The dashboard stays where it was."""
     page.goto(f"{host}/dashboard/approvals/")
     row = page.locator('[data-live="approvals"][data-only="pending"] tr', has_text=tool)
     expect(row).to_contain_text("waiting for approval")  # arrives live when the worker asks
     screenshot(page, f"{picture}-pending")
-    row.get_by_role("link", name="approval page").click()
-    page.wait_for_url(lambda url: urlparse(url).port != urlparse(host).port)  # its own port
+    approval = open_tab(page, row.get_by_role("link", name="approval page").click)
+    to_its_own_port(approval, host)
     for words in shows:
-        expect(page.locator("main")).to_contain_text(words)
-    screenshot(page, picture)
-    page.click("#approve")
-    expect(page.locator("#status")).to_contain_text("Approved")
+        expect(approval.locator("main")).to_contain_text(words)
+    screenshot(approval, picture)
+    approval.click("#approve")
+    expect(approval.locator("#status")).to_contain_text("Approved")
+    assert page.url == f"{host}/dashboard/approvals/"
+    close_tab(approval, back_to=page)
+
+
+def to_its_own_port(tab, host):
+    """In localhost mode the host's page leads on to the call's own loopback port: at once when
+    the host holds its page open (runhost), after "Open the approval page" when a separate
+    worker held the call."""
+    on_the_host = urlparse(host).port
+    tab.wait_for_url(lambda url: "/passkey/ceremonies/" in url)
+    for _ in range(300):
+        if urlparse(tab.url).port != on_the_host:
+            break
+        try:
+            if tab.locator("#open").count():
+                tab.click("#open")
+                break
+        except PlaywrightError:
+            pass  # the page is leading on by itself: its document went away
+        tab.wait_for_timeout(100)
+    tab.wait_for_url(lambda url: urlparse(url).port != on_the_host)
 
 
 def approve_the_plan(page, host, guests):

@@ -11,6 +11,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from held.models import Ceremony
+from mcplet_host.models import AuditEvent
 from passkey import loopback
 from tests.passkey.authenticator import SoftAuthenticator
 from tests.passkey.conftest import hold_email, register, url
@@ -113,11 +114,46 @@ def test_it_closes_at_expiry(registry):
     wait_closed(server)
 
 
+def leads_to(response, target):
+    """The host's page that takes the approver to the loopback page: its link, followed by its
+    own script (a redirect would be stopped by the CSP's form-action after a form)."""
+    page = response.content.decode()
+    assert response.status_code == 200 and "Location" not in response
+    assert f'id="go" class="button approve" href="{target}"' in page
+    assert '<script src="/static/passkey/open.js" defer></script>' in page
+    assert "form-action 'self'" in response["Content-Security-Policy"]
+
+
 def test_the_hosts_page_opens_a_new_loopback_page(approver_client, held, localhost_mode):
+    assert loopback.live_url(held.token) is None  # e.g. the host started again
     response = approver_client.post(url(held, "open"))
     server = loopback.serve(held)
-    assert response.status_code == 302 and response["Location"] == server.url
-    assert approver_client.get(url(held))["Location"] == server.url
+    leads_to(response, server.url)
+    leads_to(approver_client.get(url(held)), server.url)
+    leads_to(approver_client.post(url(held, "open")), server.url)  # the same page, once
+    assert loopback.serve(held) is server
+
+
+def test_opening_a_decided_or_unknown_call_starts_nothing(
+    approver_client, held, approver, localhost_mode
+):
+    response = approver_client.post(url(held, "open").replace(held.token, "no-such-token"))
+    assert response.status_code == 404 and response.json()["reason"] == "unknown_ceremony"
+    refused = AuditEvent.objects.get(event_type="mcplet.passkey.refused")
+    assert refused.details["stage"] == "open" and refused.actor_id == approver.username
+
+    held.decline(Ceremony.Status.REJECTED, approver)
+    response = approver_client.post(url(held, "open"))
+    assert response.status_code == 302 and response["Location"] == url(held)
+    assert loopback.live_url(held.token) is None and not loopback._servers
+
+
+def test_only_approvers_open_a_loopback_page(client, held, localhost_mode, django_user_model):
+    assert client.post(url(held, "open")).status_code == 401  # not signed in
+    client.force_login(django_user_model.objects.create_user("guest", "g@example.org", "pw"))
+    assert client.post(url(held, "open")).status_code == 403
+    assert AuditEvent.objects.filter(event_type="mcplet.passkey.refused").count() == 2
+    assert not loopback._servers
 
 
 def test_the_callback_takes_the_loopback_origin_only(
@@ -146,3 +182,17 @@ def test_the_callback_takes_the_loopback_origin_only(
     assert response.status_code == 200
     held.refresh_from_db()
     assert held.status == Ceremony.Status.APPROVED
+
+
+def test_a_page_whose_process_died_is_not_led_to(approver_client, held, localhost_mode):
+    """The host was killed (or restarted) before its page could withdraw its address: nothing
+    answers there, so the host's page offers to open a new one rather than lead nowhere."""
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        dead = f"http://localhost:{gone.getsockname()[1]}{url(held)}"
+    cache.set(loopback._url_key(held.token), dead, 5)
+    assert loopback.live_url(held.token) is None
+    assert cache.get(loopback._url_key(held.token)) is None  # forgotten
+    page = approver_client.get(url(held)).content.decode()
+    assert 'id="open"' in page and dead not in page
+    leads_to(approver_client.post(url(held, "open")), loopback.serve(held).url)

@@ -217,3 +217,18 @@ def test_a_partners_call_run_again_after_the_partner_lost_the_pool_runs_nothing(
     assert not AuditEvent.objects.filter(
         event_type="TOOL_EXECUTED", details__ceremony=rerun.token[:8]
     ).exists()
+def test_in_localhost_mode_run_again_leads_to_the_reruns_own_page(
+    unknown, calls, approver_client, settings
+):
+    """Not a redirect to the re-run's loopback port: after a form, the CSP would stop it."""
+    from passkey import loopback
+
+    settings.PASSKEY_MODE = "localhost"
+    response = approver_client.post(url(unknown, "run-again"))
+    rerun = Ceremony.objects.get(rerun_of=unknown)
+    live = loopback.live_url(rerun.token)
+    assert live.startswith("http://localhost:") and live.endswith(url(rerun))
+    assert response.status_code == 200 and f'id="go" class="button approve" href="{live}"' in (
+        response.content.decode()
+    )
+    assert len(calls("book_table")) == 1
