@@ -18,7 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from mcplet_host import storable
-from passkey import assertions, loopback
+from passkey import assertions, links, loopback
 from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
 from passkey.models import (
@@ -437,7 +437,7 @@ def _state(ceremony):
 def _host(request):
     """The host's own origin for links from a loopback page (which serves one approval and
     closes), else "" (the links stay on this origin)."""
-    return settings.PASSKEY_ORIGIN.rstrip("/") if request.META.get(loopback.ORIGIN_KEY) else ""
+    return links.origin() if request.META.get(loopback.ORIGIN_KEY) else ""
 
 
 # --- server to server -------------------------------------------------------------------------
