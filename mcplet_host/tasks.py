@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from mcplet_host import gateway
+from mcplet_host import gateway, handoff
 from passkey.models import Ceremony
 
 HEARTBEAT_KEY = "beat:heartbeat"
@@ -21,6 +21,14 @@ def heartbeat(source="beat"):
 def resume_call(ceremony_id):
     """Run a decided call (approved) or resolve it with its error (rejected, expired), once."""
     gateway.resume(ceremony_id)
+
+
+@shared_task(name=handoff.TASK)
+def call_tool_handed_over(claim, body):
+    """A call `manage.py call_tool` handed to the host, run here so that what it leads to (its
+    loopback page, a wallet's notification) reaches the long-running host; its outcome goes
+    back through the result backend."""
+    return handoff.take(claim, body)
 
 
 @shared_task(name="mcplet_host.elicitation_complete", ignore_result=True)
