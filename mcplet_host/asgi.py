@@ -11,6 +11,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 import dashboard.routing  # noqa: E402
 from mcplet_host.middleware import SameOriginWebsocketValidator  # noqa: E402
+from passkey import links  # noqa: E402
+
+# The web process (and runhost) serves the host's pages: the loopback pages of localhost mode
+# too, whichever process held their calls (passkey.links).
+links.serve_pages_here()
 
 application = ProtocolTypeRouter(
     {

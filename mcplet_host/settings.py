@@ -138,6 +138,9 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # also creates var/ for the SQLite default
 # Served by WhiteNoise from the app directories: no collectstatic step to forget.
 WHITENOISE_USE_FINDERS = True
+# Where `runhost` publishes the origin it serves, for every process of this installation
+# (passkey.links): a command builds its links, and hands its calls, to the running host.
+MCPLET_HOST_FILE = VAR_DIR / "host.json"
 
 LOGIN_URL = "admin:login"
 

@@ -4,7 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 
-from mcplet_host import views
+from mcplet_host import handoff, views
 
 admin.site.site_header = "MCPlet Host"
 admin.site.site_title = "MCPlet Host"
@@ -13,6 +13,8 @@ admin.site.index_title = "Operate pools, servers, agents and partners"
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="dashboard:overview"), name="home"),
     path("healthz", views.healthz, name="healthz"),
+    # A command of this installation hands the running host a call (signed: mcplet_host.handoff).
+    path("host/calls/", handoff.receive, name="handoff"),
     # Browsers ask for it on every page that names no icon (the admin's).
     path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
     path("dashboard/", include("dashboard.urls")),

@@ -1,5 +1,7 @@
 """Telling approvers that a call waits: an e-mail to each, and in localhost mode the ceremony's
-own loopback page, opened in a browser when this machine has one (else its URL is logged)."""
+own loopback page, started by the host's web process only (passkey.links) and opened in a
+browser when this machine has one (else its URL is logged). Another process — a command, a
+separate worker — links to the host's page, which leads on to the loopback page."""
 
 import logging
 import smtplib
@@ -14,7 +16,7 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 
 from held.models import Ceremony
-from passkey import loopback
+from passkey import links, loopback
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +35,17 @@ def announce(ceremony_id):
     ceremony = Ceremony.objects.filter(pk=ceremony_id, status=Ceremony.Status.PENDING).first()
     if ceremony is None:
         return
-    page = settings.PASSKEY_ORIGIN.rstrip("/") + ceremony.get_absolute_url()
+    page = links.ceremony_url(ceremony)
     direct = None
     if settings.PASSKEY_MODE == "localhost":
-        try:
-            direct = loopback.serve(ceremony).url
-        except OSError:
-            logger.exception("Could not start the approval page of %s", ceremony)
-        else:
-            if not open_in_browser(direct):
-                logger.info("Approval needed: %s — open %s", ceremony, direct)
+        if links.serves_pages():  # the host's web process: the page lives as long as it does
+            try:
+                direct = loopback.serve(ceremony).url
+            except OSError:
+                logger.exception("Could not start the approval page of %s", ceremony)
+        shown = direct or page
+        if not open_in_browser(shown):
+            logger.info("Approval needed: %s — open %s", ceremony, shown)
     send_notice(ceremony, page, direct)
 
 

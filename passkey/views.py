@@ -21,7 +21,7 @@ from held.kinds import form as held_form
 from held.kinds import rerun, step_up
 from held.models import APPROVE_PERMISSION, Ceremony
 from mcplet_host import storable
-from passkey import approvals, assertions, loopback
+from passkey import approvals, assertions, links, loopback
 from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
 from passkey.models import BackendToken, PasskeyCredential, audit_refusal
@@ -434,7 +434,7 @@ def _state(ceremony):
 def _host(request):
     """The host's own origin for links from a loopback page (which serves one approval and
     closes), else "" (the links stay on this origin)."""
-    return settings.PASSKEY_ORIGIN.rstrip("/") if request.META.get(loopback.ORIGIN_KEY) else ""
+    return links.origin() if request.META.get(loopback.ORIGIN_KEY) else ""
 
 
 # --- server to server -------------------------------------------------------------------------

@@ -10,6 +10,25 @@ from pools.discovery import discover
 from pools.models import McpServer, Pool
 
 
+@pytest.fixture(autouse=True)
+def no_running_host(settings, tmp_path_factory, monkeypatch):
+    """No host runs for a test, unless it starts one (`runhost`) or plays it (`host_process`):
+    links use PASSKEY_ORIGIN, and commands run their calls in their own process."""
+    from passkey import links
+
+    settings.MCPLET_HOST_FILE = tmp_path_factory.mktemp("host") / "host.json"
+    monkeypatch.setattr(links, "_serving_pages", False)
+
+
+@pytest.fixture
+def host_process(monkeypatch):
+    """This test process plays the host's web process: it serves the loopback pages of the
+    calls it holds (localhost mode)."""
+    from passkey import links
+
+    monkeypatch.setattr(links, "_serving_pages", True)
+
+
 @pytest.fixture
 def script(tmp_path, settings):
     """Write a scripted-model script; returns the model string that plays it."""

@@ -23,7 +23,11 @@ if (
     os.environ["MCPLET_TEST_REDIS_WORKER"] = _worker
 
 from mcplet_host.settings import *  # noqa: E402, F403
-from mcplet_host.settings import CACHES, CHANNEL_LAYERS, EMBEDDED  # noqa: E402
+from mcplet_host.settings import CACHES, CHANNEL_LAYERS, EMBEDDED, VAR_DIR  # noqa: E402
+
+# Not the host a developer runs from this checkout (`make run`): a test's host publishes its
+# origin in a var directory of the test's own (MCPLET_VAR_DIR), or in this file.
+MCPLET_HOST_FILE = VAR_DIR / "host-tests.json"
 
 _namespace = os.environ.get("MCPLET_TEST_NAMESPACE", "")
 if _namespace and not EMBEDDED:

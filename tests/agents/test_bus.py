@@ -149,9 +149,31 @@ def test_send_task_says_at_once_where_a_waiting_run_is_approved(
     assert time.monotonic() - started < 10  # not the whole --wait
     ceremony = AgentRun.objects.get(agent=planning).waiting_for
     assert out.getvalue() == (
-        "planning-agent waits for approval: approve result of planning-agent (Approve the plan)."
-        f"\nApprove or reject it at http://localhost:8123/passkey/ceremonies/{ceremony.token}/\n"
+        "planning-agent waits for a confirmation of planning-agent's result, before it is handed "
+        "on (Approve the plan).\n"
+        f"Confirm or reject it at http://localhost:8123/passkey/ceremonies/{ceremony.token}/\n"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_send_task_links_to_the_running_host(registry, director, script, settings, monkeypatch):
+    """The host runs on the port its `runhost --port` said, whatever this shell's settings."""
+    from passkey import links
+
+    settings.EMBEDDED = True
+    settings.PASSKEY_ORIGIN = "http://localhost:8000"
+    settings.PASSKEY_OPEN_BROWSER = False
+    links.publish("http://localhost:8766", "http://localhost:8766")
+    monkeypatch.setattr(links, "_serving_pages", False)  # published by the host, elsewhere
+    planning = registry["planning"]
+    planning.model = script({"planning-agent": [{"json": {"plan": "dessert"}}]})
+    planning.result_needs_approval, planning.approval_prompt = True, "Approve the plan"
+    planning.save()
+    out = StringIO()
+    call_command("send_task", "--from", "director", "--to", "planning-agent", stdout=out)
+    ceremony = AgentRun.objects.get(agent=planning).waiting_for
+    assert f"at http://localhost:8766/passkey/ceremonies/{ceremony.token}/\n" in out.getvalue()
+    assert "8000" not in out.getvalue()
 
 
 @pytest.mark.django_db(transaction=True)

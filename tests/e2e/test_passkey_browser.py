@@ -42,7 +42,9 @@ def mailer(strict_mailer, host, eager):
 
 
 @pytest.fixture
-def localhost_mode(host, settings):
+def localhost_mode(host, settings, host_process):
+    """Localhost mode, this test process playing the host (its live server serves the pages,
+    and the loopback pages of the calls it holds)."""
     settings.PASSKEY_MODE = "localhost"
     yield
     loopback.close_all()

@@ -10,7 +10,7 @@ from django.core import mail
 from held.models import Ceremony
 from mcplet_host import gateway
 from mcplet_host.authority import Authority
-from passkey import loopback, notify
+from passkey import links, loopback, notify
 from tests.passkey.conftest import ORIGIN, hold_email, url
 
 pytestmark = pytest.mark.django_db
@@ -102,7 +102,9 @@ class FakeBrowser(webbrowser.BaseBrowser):
         return True
 
 
-def test_localhost_mode_opens_the_ceremonys_own_page(held, approver, settings, monkeypatch):
+def test_localhost_mode_opens_the_ceremonys_own_page(
+    held, approver, settings, monkeypatch, host_process
+):
     settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
     FakeBrowser.opened = []
     monkeypatch.setattr(notify.webbrowser, "get", FakeBrowser)
@@ -118,7 +120,7 @@ def test_localhost_mode_opens_the_ceremonys_own_page(held, approver, settings, m
     assert direct in notice.body and f"{ORIGIN}{url(held)}" in notice.body
 
 
-def test_without_a_browser_the_url_is_logged(held, settings, monkeypatch, caplog):
+def test_without_a_browser_the_url_is_logged(held, settings, monkeypatch, caplog, host_process):
     caplog.set_level(logging.INFO, logger="passkey")
     settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
 
@@ -139,3 +141,38 @@ def test_console_browsers_are_never_started(settings, monkeypatch):
 def test_tests_open_no_browser_unless_asked(settings):
     del settings.PASSKEY_OPEN_BROWSER
     assert notify.open_in_browser("http://localhost:1/") is False
+
+
+def test_another_process_starts_no_loopback_page_and_links_to_the_hosts(
+    held, approver, settings, monkeypatch, mailoutbox
+):
+    """A command or a separate worker that holds a call: its loopback page would die with it
+    (or live in a process nobody reaches), so it leaves the page to the host and links there."""
+    settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
+    FakeBrowser.opened = []
+    monkeypatch.setattr(notify.webbrowser, "get", FakeBrowser)
+    notify.announce(held.pk)
+    assert loopback.live_url(held.token) is None and not loopback._servers
+    host_page = f"{ORIGIN}{url(held)}"
+    for _ in range(50):
+        if FakeBrowser.opened:
+            break
+        time.sleep(0.05)
+    assert FakeBrowser.opened == [host_page]
+    (notice,) = mailoutbox
+    assert [line for line in notice.body.splitlines() if held.token in line] == [host_page]
+    assert "also open at" not in notice.body
+
+
+def test_the_email_links_to_the_running_hosts_origin(
+    held, approver, settings, mailoutbox, monkeypatch
+):
+    """The host runs on another port than this process's settings say (make run PORT=8766)."""
+    settings.PASSKEY_MODE = "localhost"
+    settings.PASSKEY_ORIGIN = "http://localhost:8000"
+    links.publish("http://localhost:8766", "http://localhost:8766")
+    monkeypatch.setattr(links, "_serving_pages", False)  # published by another process
+    notify.announce(held.pk)
+    (notice,) = mailoutbox
+    assert f"http://localhost:8766{url(held)}" in notice.body
+    assert "localhost:8000" not in notice.body

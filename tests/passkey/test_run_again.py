@@ -217,6 +217,8 @@ def test_a_partners_call_run_again_after_the_partner_lost_the_pool_runs_nothing(
     assert not AuditEvent.objects.filter(
         event_type="TOOL_EXECUTED", details__ceremony=rerun.token[:8]
     ).exists()
+
+
 def test_in_localhost_mode_run_again_leads_to_the_reruns_own_page(
     unknown, calls, approver_client, settings
 ):

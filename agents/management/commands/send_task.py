@@ -1,7 +1,6 @@
 import json
 import time
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from a2a import bus
@@ -9,6 +8,7 @@ from a2a.models import A2AMessage
 from a2a.schemas import A2AValidationError
 from agents.models import Agent, AgentRun
 from mcplet_host.celery import run_here_when_embedded
+from passkey import links
 
 
 class Command(BaseCommand):
@@ -62,12 +62,11 @@ class Command(BaseCommand):
         """Say which of `runs` wait for an approval, and where to give it; True if any."""
         waiting = runs.filter(status=AgentRun.Status.AWAITING_APPROVAL, waiting_for__isnull=False)
         waiting = list(waiting.select_related("agent", "waiting_for"))
-        origin = settings.PASSKEY_ORIGIN.rstrip("/")
         for run in waiting:
             ceremony = run.waiting_for
+            message = f" ({ceremony.prompt_message})" if ceremony.prompt_message else ""
             self.stdout.write(
-                f"{run.agent.agent_id} waits for approval: {ceremony.tool_name} "
-                f"({ceremony.prompt_message}).\n"
-                f"Approve or reject it at {origin}{ceremony.get_absolute_url()}"
+                f"{run.agent.agent_id} waits for {links.describe(ceremony)}{message}.\n"
+                f"{links.next_step(ceremony)} at {links.ceremony_url(ceremony)}"
             )
         return bool(waiting)

@@ -14,6 +14,7 @@ from agents.models import Agent
 from mcplet_host.asgi import application
 from mcplet_host.celery import app
 from mcplets.restaurant import backend as restaurant_backend
+from passkey import links
 from pools import watcher
 
 WALKTHROUGH_DIRECTOR = "director"  # seed_reference's
@@ -48,6 +49,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, concurrency, restaurant_port, **options):
         self._check_origin(port)
+        # Before the worker starts: the calls it holds get their loopback pages here, and every
+        # process of this installation links to this host (and hands it its calls).
+        links.publish(settings.PASSKEY_ORIGIN, self._address(host, port))
         worker = WorkController(
             app=app,
             hostname=f"runhost@{socket.gethostname()}",
@@ -108,6 +112,15 @@ class Command(BaseCommand):
         if not stopping.is_set():
             ended.set()
             reactor.callFromThread(reactor.stop)
+
+    @staticmethod
+    def _address(host, port):
+        """Where a process on this machine reaches this host."""
+        if host in ("", "0.0.0.0", "::", "[::]"):  # noqa: S104 (read, not bound)
+            host = "localhost"
+        elif ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
 
     def _check_origin(self, port):
         """In localhost mode approvers register their passkeys on this host's own pages, so the
