@@ -145,11 +145,11 @@ def host(request, tmp_path, wallet):
     setup = host.manage("shell", "-c", code)
     assert setup.returncode == 0, setup.stderr
     host.bistro = bistro
-    host.start()
     try:
+        host.start()
         yield host
     finally:
-        host.stop()
+        host.stop()  # also one that never got to listen
 
 
 def held_at(output):
