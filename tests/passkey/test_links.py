@@ -62,15 +62,16 @@ def test_a_host_that_stopped_is_not_linked_to(held, settings, command):
         "not json",
         "[]",
         json.dumps({"origin": HOST, "address": HOST}),  # no pid
-        json.dumps({"origin": "javascript:alert(1)", "address": HOST, "pid": os.getpid()}),
-        json.dumps({"origin": HOST, "address": "file:///etc/passwd", "pid": os.getpid()}),
+        # "PID": this process's id, put in by the test (ids must not vary between workers)
+        json.dumps({"origin": "javascript:alert(1)", "address": HOST, "pid": "PID"}),
+        json.dumps({"origin": HOST, "address": "file:///etc/passwd", "pid": "PID"}),
         json.dumps({"origin": HOST, "address": HOST, "pid": "1"}),
         json.dumps({"origin": HOST, "address": HOST, "pid": True}),
         json.dumps({"origin": HOST, "address": HOST, "pid": -1}),
     ],
 )
 def test_a_file_that_is_not_a_hosts_record_is_ignored(content, settings, command):
-    settings.MCPLET_HOST_FILE.write_text(content)
+    settings.MCPLET_HOST_FILE.write_text(content.replace('"PID"', str(os.getpid())))
     assert links.running_host() is None
     assert links.origin() == ORIGIN
 
