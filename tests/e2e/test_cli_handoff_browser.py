@@ -209,7 +209,7 @@ def test_a_call_from_the_command_line_is_the_running_hosts(page, host, wallet):
     requests = [c for c in wallet_calls() if c["arguments"].get("requestId") == "req-cli"]
     assert len(requests) == 2  # the first, then once more after the step
     seen = host.query(
-        "import json; from mcplet_host.models import AuditEvent as A; from passkey.models import "
+        "import json; from mcplet_host.models import AuditEvent as A; from held.models import "
         f"Ceremony as C; c = C.objects.get(token={token!r}); "
         f"e = A.objects.filter(trace_id={trace!r}).order_by('pk'); print(json.dumps(["
         "c.status, [x.event_type for x in e if x.event_type.startswith('mcplet.stepup')], "
