@@ -100,31 +100,10 @@ def ceremony_url(ceremony):
 
 
 def describe(ceremony):
-    """What waits, in a person's words: e.g. "an approval of the action send_email", "a step a
-    person must take on the server wallet's side"."""
-    kind, tool = ceremony.kind, ceremony.tool_name
-    server = f"the server {ceremony.server_name}" if ceremony.server_name else "its server"
-    if kind == ceremony.Kind.RESULT:
-        return f"a confirmation of {ceremony.agent_id}'s result, before it is handed on"
-    if kind == ceremony.Kind.STEP_UP:
-        return f"a step a person must take on {server}'s side before {tool} is sent again"
-    if kind == ceremony.Kind.FORM:
-        return f"a form {server} asks a person to fill in during {tool}"
-    mcplet_type = ceremony.mcplet.mcplet_type if ceremony.mcplet else ""
-    if ceremony.proposed_by_model:
-        return f"an approval of {tool}, which {ceremony.agent_id}'s model proposed"
-    if mcplet_type == "action":
-        return f"an approval of the action {tool}"
-    what = f"the {mcplet_type} {tool}" if mcplet_type else tool
-    return f"an approval of {what}, which its server asks a person to approve"
+    """What waits, in a person's words (its kind's: held/kinds/)."""
+    return ceremony.rules.describe(ceremony)
 
 
 def next_step(ceremony):
-    """What the person does on the page, as an imperative: "Approve or reject it"."""
-    if ceremony.kind == ceremony.Kind.STEP_UP:
-        return "Take the step, then say so (or cancel it)"
-    if ceremony.kind == ceremony.Kind.FORM:
-        return "Answer it (or decline)"
-    if ceremony.kind == ceremony.Kind.RESULT:
-        return "Confirm or reject it"
-    return "Approve or reject it"
+    """What the person does on the page, as an imperative (its kind's: held/kinds/)."""
+    return ceremony.rules.next_step

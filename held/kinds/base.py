@@ -32,6 +32,25 @@ class HeldKind:
         otherwise (nothing is sent)."""
         return None
 
+    next_step = "Approve or reject it"  # what a person does on its page, as an imperative
+
+    def describe(self, ceremony):
+        """What waits, in a person's words: e.g. "an approval of the action send_email"."""
+        tool, mcplet_type = (
+            ceremony.tool_name,
+            ceremony.mcplet.mcplet_type if ceremony.mcplet else "",
+        )
+        if ceremony.proposed_by_model:
+            return f"an approval of {tool}, which {ceremony.agent_id}'s model proposed"
+        if ceremony.mcplet and mcplet_type == ceremony.mcplet.Type.ACTION:
+            return f"an approval of the action {tool}"
+        what = f"the {mcplet_type} {tool}" if mcplet_type else tool
+        return f"an approval of {what}, which its server asks a person to approve"
+
+    @staticmethod
+    def server_of(ceremony):
+        return f"the server {ceremony.server_name}" if ceremony.server_name else "its server"
+
     def outcome(self, ceremony):
         """Its state as a person names it."""
         return ceremony.get_status_display()

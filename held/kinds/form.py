@@ -24,6 +24,12 @@ class Form(HeldKind):
     runs_on_decision = False
     approvable = False
 
+    next_step = "Answer it (or decline)"
+
+    def describe(self, ceremony):
+        where = self.server_of(ceremony)
+        return f"a form {where} asks a person to fill in during {ceremony.tool_name}"
+
     def after_decision(self, ceremony):
         """Declined or expired: the waiting worker reads the decline."""
         ceremony.result = DECLINE

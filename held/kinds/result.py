@@ -25,6 +25,11 @@ class Result(HeldKind):
         ceremony.save(update_fields=["status", "executed_at", "result"])
         ceremony.notify_continuation()
 
+    next_step = "Confirm or reject it"
+
+    def describe(self, ceremony):
+        return f"a confirmation of {ceremony.agent_id}'s result, before it is handed on"
+
     def outcome(self, ceremony):
         if ceremony.status == Ceremony.Status.EXECUTED:
             return "approved"  # handed on, not executed

@@ -22,6 +22,12 @@ class StepUp(HeldKind):
         Ceremony.Status.EXPIRED: "Nobody finished the step in time; the call was not sent again.",
     }
 
+    next_step = "Take the step, then say so (or cancel it)"
+
+    def describe(self, ceremony):
+        where, tool = self.server_of(ceremony), ceremony.tool_name
+        return f"a step a person must take on {where}'s side before {tool} is sent again"
+
     def before_run(self, ceremony):
         if ceremony.enforcement == Ceremony.Enforcement.STRICT and ceremony.mcplet:
             return _approve_again(ceremony)
