@@ -2,10 +2,11 @@
 
     python -m mcplets.examples.programmable --spec spec.json [--transport stdio|streamable-http]
         [--host 127.0.0.1] [--port 8766] [--page-size N] [--calls-log calls.jsonl]
+        [--protocols both|2025|2026]
 
 The spec is `{"tools": [...], "resources": {"uri": "text", ...}}`. Each tool entry is published
 as given, minus the server-side keys `resultSchema`, `rawResource`, `result`, `answers`,
-`sleep` and `elicit`;
+`sleep`, `elicit` and `inputRequired`;
 `inputSchema` defaults to an empty object schema. Nothing is validated: the server exists to
 feed a host bad tools too. `resultSchema` is served as a §9.4 payload at
 `_meta.mcpletToolResultSchemaUri` (`rawResource`, when given, is served there verbatim instead)
@@ -15,7 +16,18 @@ is logged as soon as it arrives, so a test sees a call that ran while its caller
 (the last one once they run out): `{"result": ...}` as `structuredContent`, or `{"error": {code,
 message, data}}` as a JSON-RPC error. `elicit` (`{"message", "requestedSchema"}`) makes the call
 ask its client a form (`elicitation/create`) first; the answer is logged (`{"name", "elicited"}`)
-and returned as `{"elicited": {action, content}}`.
+and returned as `{"elicited": {action, content}}`. `inputRequired` is a list of rounds, each an
+`inputRequests` map of 2026-07-28 (key -> embedded request such as `{"method":
+"elicitation/create", "params": {"mode": "url", ...}}`): a 2026-07-28 call of the tool answers
+`input_required` with the next round until the client's retries have been through them all, then
+answers normally, the default result gaining the last retry's `inputResponses`. The
+`requestState` it mints is sealed by the SDK's boundary, so a forged one is refused; handshake-era
+calls ignore `inputRequired`. Every call is logged as `{"name", "arguments", "meta",
+"requestState", "inputResponses"}` (the state as the handler saw it, unsealed).
+
+`--protocols` picks the generations served: `both` (as any SDK server), `2025` (a pre-2026
+server: `server/discover` is Method not found) or `2026` (2026-07-28 only: `initialize` is
+refused with UNSUPPORTED_PROTOCOL_VERSION).
 
 tools/list pages by `--page-size` (0: one page). The spec file is polled every 0.1 s; a change
 reloads it and sends `notifications/tools/list_changed` to every connected session (and a
@@ -32,6 +44,7 @@ import binascii
 import contextlib
 import json
 import os
+import secrets
 import sys
 import tempfile
 import time
@@ -44,6 +57,9 @@ import anyio
 import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.runner import serve_loop
+from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -52,8 +68,9 @@ from mcplets.envelope import utc_timestamp
 from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 
 SERVER_ONLY_KEYS = frozenset(
-    {"resultSchema", "rawResource", "result", "answers", "sleep", "elicit"}
+    {"resultSchema", "rawResource", "result", "answers", "sleep", "elicit", "inputRequired"}
 )
+PROTOCOLS = ("both", "2025", "2026")
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
 POLL_INTERVAL = 0.1
@@ -147,6 +164,7 @@ class ProgrammableServer:
     spec_path: Path
     page_size: int = 0
     calls_log: Path | None = None
+    protocols: str = "both"
     spec: Spec = field(init=False)
     reloads: int = field(init=False, default=0)
     answered: dict[str, int] = field(init=False, default_factory=dict)  # calls by tool name
@@ -170,6 +188,13 @@ class ProgrammableServer:
         )
         self.tools_changed = ToolsChangedNotifier(self.server)
         self.server.middleware.append(self._raw_tools_list)
+        if self.protocols != "both":
+            self.server.middleware.append(self._one_generation)
+        # The lowlevel Server has no requestState boundary of its own (MCPServer installs one):
+        # without it the handler would trust whatever state a client echoes.
+        self.server.middleware.append(
+            RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience="programmable")
+        )
 
     # -- tools/list
 
@@ -200,20 +225,64 @@ class ProgrammableServer:
             return await call_next(ctx)
         return self.page((ctx.params or {}).get("cursor"))
 
+    async def _one_generation(
+        self, ctx: ServerRequestContext, call_next: CallNext
+    ) -> HandlerResult:
+        # Both transports run every request of either era through the middleware, so refusing
+        # the other generation's opening request here makes the server look like a
+        # one-generation one to a negotiating client.
+        if self.protocols == "2025" and ctx.method == "server/discover":
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+        if self.protocols == "2026" and ctx.method == "initialize":
+            data = types.UnsupportedProtocolVersionErrorData(
+                supported=list(MODERN_PROTOCOL_VERSIONS),
+                requested=str((ctx.params or {}).get("protocolVersion")),
+            )
+            raise MCPError(
+                code=types.UNSUPPORTED_PROTOCOL_VERSION,
+                message="Unsupported protocol version",
+                data=data.model_dump(mode="json"),
+            )
+        return await call_next(ctx)
+
+    async def serve(self, transport: str, host: str, port: int) -> None:
+        if transport == "stdio" and self.protocols == "2025":
+            # The dual-era stdio loop locks a connection to 2026-07-28 on its first enveloped
+            # request, so after the refused discover probe the client's initialize would be
+            # refused too; a pre-2026 server is the SDK's handshake-only loop.
+            server = self.server
+            async with stdio_server() as (read, write), server.lifespan(server) as state:
+                options = server.create_initialization_options()
+                await serve_loop(server, read, write, lifespan_state=state, init_options=options)
+            return
+        await serving.serve(self.server, transport, host, port)
+
     # -- tools/call
 
     async def _call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         arguments = params.arguments or {}
-        # The raw `_meta`, so tests see exactly what the host sent (e.g. `mcplet_auth`).
-        self._log_call(params.name, arguments, (ctx.params or {}).get("_meta"))
+        # The raw `_meta` and `inputResponses`, so tests see exactly what the host sent.
+        raw = ctx.params or {}
+        responses = raw.get("inputResponses")
+        self._log_call(params.name, arguments, raw.get("_meta"), params.request_state, responses)
         entry = self.spec.entries.get(params.name)
         if entry is None:
             return types.CallToolResult(
                 content=[types.TextContent(text=f"Unknown tool: {params.name}")], is_error=True
             )
-        result = entry.get("result", {"ok": True, "tool": params.name, "arguments": arguments})
+        default: dict[str, Any] = {"ok": True, "tool": params.name, "arguments": arguments}
+        rounds = entry.get("inputRequired")
+        if rounds and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # The boundary only lets through state this process minted, so it parses.
+            state = json.loads(params.request_state or "null") or {"call": secrets.token_hex(8)}
+            done = state.get("round", 0)
+            if done < len(rounds):
+                minted = json.dumps({"round": done + 1, "call": state["call"]})
+                return types.InputRequiredResult(input_requests=rounds[done], request_state=minted)
+            default["inputResponses"] = responses
+        result = entry.get("result", default)
         if entry.get("answers"):
             count = self.answered[params.name] = self.answered.get(params.name, 0) + 1
             answer = entry["answers"][min(count, len(entry["answers"])) - 1]
@@ -235,8 +304,16 @@ class ProgrammableServer:
             content=[types.TextContent(text=json.dumps(result))], structured_content=result
         )
 
-    def _log_call(self, name: str, arguments: Any, meta: Any) -> None:
-        self._log(name=name, arguments=arguments, meta=meta)
+    def _log_call(
+        self, name: str, arguments: Any, meta: Any, request_state: Any, input_responses: Any
+    ) -> None:
+        self._log(
+            name=name,
+            arguments=arguments,
+            meta=meta,
+            requestState=request_state,
+            inputResponses=input_responses,
+        )
 
     def _log(self, **line: Any) -> None:
         if self.calls_log is None:
@@ -319,9 +396,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--calls-log", type=Path)
+    parser.add_argument("--protocols", choices=PROTOCOLS, default="both")
     args = parser.parse_args(argv)
-    programmable = ProgrammableServer(args.spec, page_size=args.page_size, calls_log=args.calls_log)
-    anyio.run(serving.serve, programmable.server, args.transport, args.host, args.port)
+    programmable = ProgrammableServer(
+        args.spec, page_size=args.page_size, calls_log=args.calls_log, protocols=args.protocols
+    )
+    anyio.run(programmable.serve, args.transport, args.host, args.port)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,9 +437,11 @@ def write_spec(
     return path
 
 
-def _server_args(spec_path: str | os.PathLike[str], page_size: int, calls_log: Any) -> list[str]:
+def _server_args(
+    spec_path: str | os.PathLike[str], page_size: int, calls_log: Any, protocols: str = "both"
+) -> list[str]:
     args = ["-m", "mcplets.examples.programmable", "--spec", str(Path(spec_path).resolve())]
-    args += ["--page-size", str(page_size)]
+    args += ["--page-size", str(page_size), "--protocols", protocols]
     if calls_log is not None:
         args += ["--calls-log", str(Path(calls_log).resolve())]
     return args
@@ -369,9 +451,11 @@ def stdio_params(
     spec_path: str | os.PathLike[str],
     page_size: int = 0,
     calls_log: str | os.PathLike[str] | None = None,
+    *,
+    protocols: str = "both",
 ) -> tuple[str, list[str]]:
     """The command and arguments to launch the server over stdio (run it with cwd=SOURCE_ROOT)."""
-    return sys.executable, _server_args(spec_path, page_size, calls_log)
+    return sys.executable, _server_args(spec_path, page_size, calls_log, protocols)
 
 
 @contextlib.contextmanager
@@ -381,11 +465,13 @@ def serve_http(
     calls_log: str | os.PathLike[str] | None = None,
     timeout: float = 20,
     port: int = 0,
+    *,
+    protocols: str = "both",
 ) -> Iterator[str]:
     """Run the server over streamable HTTP in a child process (on a free port unless `port` is
     given, e.g. to restart a server where it was); yield its `/mcp` URL."""
     port = port or serving.free_port()
-    command = [sys.executable, *_server_args(spec_path, page_size, calls_log)]
+    command = [sys.executable, *_server_args(spec_path, page_size, calls_log, protocols)]
     command += ["--transport", "streamable-http", "--host", "127.0.0.1", "--port", str(port)]
     with serving.listening(command, port, timeout):
         yield f"http://127.0.0.1:{port}/mcp"

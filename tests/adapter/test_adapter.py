@@ -222,7 +222,15 @@ def test_unconfigured_and_unverified_calls_never_reach_the_upstream(tmp_path, up
     # Only the host-confirmed call ran, under the upstream's own name and without the `_meta`
     # (the assertion is between the host and the adapter).
     assert confirmed.structured_content["result"] == {"did": "lookup"}
-    assert calls() == [{"name": "lookup", "arguments": {"q": 1}, "meta": None}]
+    assert calls() == [
+        {
+            "name": "lookup",
+            "arguments": {"q": 1},
+            "meta": None,
+            "requestState": None,
+            "inputResponses": None,
+        },
+    ]
 
 
 def test_list_changed_is_forwarded_after_the_configuration_is_applied_again(tmp_path, upstream):
@@ -326,7 +334,15 @@ def test_over_streamable_http_on_both_sides(tmp_path, upstream):
             adapter.wait(timeout=10)
     assert names(listing) == ["confirm", "lookup"]
     assert found.structured_content["result"] == {"did": "lookup"}
-    assert calls() == [{"name": "lookup", "arguments": {"q": "ramen"}, "meta": None}]
+    assert calls() == [
+        {
+            "name": "lookup",
+            "arguments": {"q": "ramen"},
+            "meta": None,
+            "requestState": None,
+            "inputResponses": None,
+        },
+    ]
 
 
 def test_a_result_that_breaks_the_configured_schema_is_not_passed_on(tmp_path, upstream):

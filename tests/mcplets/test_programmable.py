@@ -194,10 +194,11 @@ async def test_calls_are_answered_and_logged(spec_path, tmp_path):
     assert fixed.structured_content == {"answer": 42}
     assert unknown.is_error is True
     logged = [json.loads(line) for line in calls_log.read_text().splitlines()]
+    rounds = {"requestState": None, "inputResponses": None}
     assert logged == [
-        {"name": "plain", "arguments": {"q": "x"}, "meta": {"mcplet_auth": {"t": "p"}}},
-        {"name": "fixed", "arguments": {}, "meta": None},
-        {"name": "missing", "arguments": {"a": 1}, "meta": None},
+        {"name": "plain", "arguments": {"q": "x"}, "meta": {"mcplet_auth": {"t": "p"}}, **rounds},
+        {"name": "fixed", "arguments": {}, "meta": None, **rounds},
+        {"name": "missing", "arguments": {"a": 1}, "meta": None, **rounds},
     ]
 
 
