@@ -6,6 +6,12 @@ tool must be published, its arguments must meet the configured constraints, and 
 must carry a passkey assertion the host verifies for exactly this call. The upstream gets the
 arguments only, never the request's `_meta` (the assertion is the host's business). Answers are
 §9.1 envelopes.
+
+It speaks both protocol generations on both sides: upstream, the newest one the upstream speaks
+(2026-07-28 or the 2025-11-25 handshake); to its own clients, whichever they open with. An
+upstream's 2026-07-28 `input_required` answer is passed to a 2026-07-28 client as it came, and the
+client's retry (its `inputResponses` and the opaque `requestState`) goes upstream as it came; a
+2025-11-25 client cannot carry such a round, so it gets an error envelope instead.
 """
 
 from __future__ import annotations
@@ -22,10 +28,8 @@ from typing import Any
 import anyio
 import mcp_types as types
 from jsonschema.validators import Draft202012Validator, validator_for
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import listen
+from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.subscriptions import SubscriptionLost, listen
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -64,23 +68,23 @@ class Upstream:
 async def upstream_session(
     upstream: Upstream, message_handler: Any = None, timeout: float = TIMEOUT
 ) -> AsyncIterator[ClientSession]:
-    """An initialized client session to the upstream."""
-    async with contextlib.AsyncExitStack() as stack:
-        if upstream.url:
-            streams = streamable_http_client(upstream.url)
-        else:
-            env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
-            command, *args = upstream.command
-            streams = stdio_client(StdioServerParameters(command=command, args=args, env=env))
-        read, write = await stack.enter_async_context(streams)
-        session = await stack.enter_async_context(
-            ClientSession(
-                read, write, read_timeout_seconds=timeout, message_handler=message_handler
-            )
-        )
-        with anyio.fail_after(timeout):
-            await session.initialize()
-        yield session
+    """A client session to the upstream, negotiated by the SDK's `auto` policy: 2026-07-28
+    when the upstream answers `server/discover`, else the 2025 `initialize` handshake."""
+    target: str | StdioServerParameters = upstream.url
+    if not upstream.url:
+        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+        command, *args = upstream.command
+        target = StdioServerParameters(command=command, args=args, env=env)
+    # No response cache: the adapter re-lists the upstream's tools exactly when they changed.
+    client = Client(
+        target,
+        mode="auto",
+        read_timeout_seconds=timeout,
+        message_handler=message_handler,
+        cache=None,
+    )
+    async with client:
+        yield client.session
 
 
 async def list_upstream_tools(session: ClientSession) -> list[types.Tool]:
@@ -182,7 +186,8 @@ class Adapter:
         ):
             self.session = session
             logger.info("publishing %s from %s", ", ".join(await self.refresh()), self.upstream)
-            if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            tools = session.server_capabilities.tools
+            if _modern(session) and tools is not None and tools.list_changed:
                 tg.start_soon(self._listen, changed)
             tg.start_soon(self._follow, receive)
             tg.start_soon(self._watch)
@@ -190,10 +195,23 @@ class Adapter:
             tg.cancel_scope.cancel()
 
     async def _listen(self, changed) -> None:
-        # 2026-07-28 servers send list changes on a subscription stream, not to the session.
-        async with listen(self.session, tools_list_changed=True) as events:
-            async for _ in events:
-                changed()
+        """2026-07-28 servers send list changes on a subscription stream, not to the session.
+        A stream has no replay, so each one starts with a re-read; one that ends is opened
+        again, unless it ended because the connection did."""
+        while True:
+            try:
+                async with listen(self.session, tools_list_changed=True) as events:
+                    changed()
+                    async for _ in events:
+                        changed()
+            except SubscriptionLost as lost:
+                cause = lost.__cause__
+                if isinstance(cause, MCPError) and cause.code == types.CONNECTION_CLOSED:
+                    # Said here rather than left to `_watch`: over HTTP its next request to a
+                    # dead server would fail the whole client with a transport error instead.
+                    raise self._gone() from lost
+                logger.warning("the upstream's change subscription was lost: %s", lost)
+            await anyio.sleep(PING_INTERVAL)
 
     async def _watch(self) -> None:
         """Exit when the upstream is gone (a crashed process, a closed HTTP session), so that
@@ -201,10 +219,17 @@ class Adapter:
         while True:
             await anyio.sleep(PING_INTERVAL)
             try:
-                await self.session.send_ping()
+                if _modern(self.session):
+                    # 2026-07-28 has no ping; `server/discover` is its cheapest request.
+                    await self.session.send_discover(self.session.protocol_version)
+                else:
+                    await self.session.send_ping()
             except MCPError as exc:
                 if exc.code == types.CONNECTION_CLOSED:
-                    raise UpstreamGone(f"the upstream server {self.upstream} is gone") from exc
+                    raise self._gone() from exc
+
+    def _gone(self) -> UpstreamGone:
+        return UpstreamGone(f"the upstream server {self.upstream} is gone")
 
     async def _follow(self, receive) -> None:
         """Re-apply the configuration on every upstream list change; tell our clients when
@@ -228,11 +253,19 @@ class Adapter:
 
     async def _call_tool(
         self, ctx: ServerRequestContext, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        envelope = await self.call(params.name, params.arguments or {}, ctx.params)
-        return envelope.to_call_tool_result()
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        answer = await self.call(
+            params, ctx.params, rounds=ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        )
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        return answer.to_call_tool_result()
 
-    async def call(self, name: str, arguments: dict[str, Any], raw_params: Any) -> Envelope:
+    async def call(
+        self, params: types.CallToolRequestParams, raw_params: Any, *, rounds: bool
+    ) -> Envelope | types.InputRequiredResult:
+        """`rounds`: whether the client's session carries `input_required` rounds."""
+        name, arguments = params.name, params.arguments or {}
         published = self.published.get(name)
         if published is None:
             # Not configured (or no longer offered): nothing goes upstream.
@@ -265,14 +298,26 @@ class Adapter:
             )
             if refused is not None:
                 return refused
-        return await self._forward(published, arguments, identity)
+        # Every round of a call is checked like its first: the state it carries is the upstream's.
+        return await self._forward(published, params, identity, rounds=rounds)
 
     async def _forward(
-        self, published: Published, arguments: dict[str, Any], identity: dict[str, Any]
-    ) -> Envelope:
+        self,
+        published: Published,
+        params: types.CallToolRequestParams,
+        identity: dict[str, Any],
+        *,
+        rounds: bool,
+    ) -> Envelope | types.InputRequiredResult:
         contract = published.contract
         try:
-            result = await self.session.call_tool(contract.upstream, arguments)
+            result = await self.session.call_tool(
+                contract.upstream,
+                params.arguments or {},
+                input_responses=params.input_responses,
+                request_state=params.request_state,
+                allow_input_required=True,
+            )
         except MCPError as exc:
             if exc.code not in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
                 message = f"the upstream server: {exc.message}"
@@ -282,6 +327,19 @@ class Adapter:
                 f"the upstream server {self.upstream} did not answer: {exc.message}",
                 # An action may have run: only a read is safe to send again.
                 retryable=contract.mcplet_type == "read",
+                **identity,
+            )
+        if isinstance(result, types.InputRequiredResult):
+            if rounds:
+                # The upstream's own round, passed on as it came (less its `_meta`, which
+                # names the upstream); the client's retry comes back here and goes upstream.
+                return types.InputRequiredResult(
+                    input_requests=result.input_requests, request_state=result.request_state
+                )
+            return error(
+                ErrorCode.UNKNOWN_ERROR,
+                "the upstream server needs input from the user, which a handshake-era (2025) "
+                "session cannot carry: connect with MCP 2026-07-28 to answer it",
                 **identity,
             )
         text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
@@ -324,6 +382,10 @@ class Adapter:
                 types.TextResourceContents(uri=params.uri, mime_type="application/json", text=text)
             ]
         )
+
+
+def _modern(session: ClientSession) -> bool:
+    return session.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
 def _validator(schema: dict[str, Any] | None) -> Any:
