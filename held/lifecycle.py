@@ -17,7 +17,7 @@ from held.models import Ceremony, arguments_hash
 from mcplet_host import audit
 from mcplet_host.gateway.checks import Refusal, agents, check
 from mcplet_host.gateway.envelopes import error_envelope, failure
-from mcplet_host.gateway.execute import OUTCOME_UNKNOWN, execute
+from mcplet_host.gateway.execute import OUTCOME_UNKNOWN, Answer, execute
 from mcplets import ErrorCode
 
 
@@ -40,12 +40,13 @@ def resume(ceremony_id):
 
     if (settled := ceremony.rules.before_run(ceremony)) is not None:
         return settled
-    envelope = _run_approved(ceremony)
+    answer = _run_approved(ceremony)
+    envelope = answer.envelope
     if ceremony.mcplet:
-        # The server asks for a step (again): a new hold, for the same continuation (whoever
-        # waits finds the newest). An approved strict action keeps needing a passkey.
+        # The server asks for a step or a form (again): a new hold, for the same continuation
+        # (whoever waits finds the newest). An approved strict action keeps needing a passkey.
         step_up.hold_if_asked(
-            ceremony.mcplet, ceremony.arguments, envelope, ceremony.asker, ceremony.enforcement
+            ceremony.mcplet, ceremony.arguments, answer, ceremony.asker, ceremony.enforcement
         )
     # Executed means it ran and succeeded: a call refused at the re-check, or one that ran and
     # returned an error, failed (the approval stands; the call did not do its work). One sent
@@ -142,12 +143,17 @@ def _run_approved(ceremony):
             server=ceremony.server_name,
             tool=ceremony.tool_name,
         )
-        return error_envelope(refusal.code, refusal.message, ceremony.tool_name, ceremony.mcplet)
+        envelope = error_envelope(
+            refusal.code, refusal.message, ceremony.tool_name, ceremony.mcplet
+        )
+        return Answer(envelope, {})
     meta = {"idempotencyKey": ceremony.idempotency_key}
     if ceremony.enforcement == Ceremony.Enforcement.STRICT:
         meta["mcplet_auth"] = assertion  # params._meta only: never arguments, logs or database
-    envelope, _ = execute(mcplet, ceremony.arguments, asker, details, meta=meta)
-    return envelope
+    # An input_required round's retry: this call's answers and requestState, never another's.
+    return execute(
+        mcplet, ceremony.arguments, asker, details, meta=meta, reply=ceremony.input_round
+    )
 
 
 def _finish(ceremony):

@@ -20,6 +20,7 @@ from mcplet_host import audit
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey.assertions import EXPIRED, NOT_PENDING, Refused
+from pools.fields import SealedJSONField
 
 APPROVE_PERMISSION = "held.approve_ceremony"
 ASSERTION_CACHE_TTL = 120  # seconds an assertion may wait in the cache for its injection
@@ -136,6 +137,7 @@ class Ceremony(models.Model):
         STEP_UP = "step_up", "a tool call waiting for a person's step on the server's side"
         FORM = "form", "a form a server asks a person to fill in during a call"
         RERUN = "rerun", "a person's re-run of a call whose outcome is unknown"
+        INPUT_FORM = "input_form", "a form a server asks a person to fill in before it answers"
 
     FINAL = (
         Status.EXECUTED,
@@ -144,6 +146,8 @@ class Ceremony(models.Model):
         Status.FAILED,
         Status.OUTCOME_UNKNOWN,
     )
+    # Answered on the form page: during a call (2025-11-25) or before its retry (2026-07-28).
+    FORMS = (Kind.FORM, Kind.INPUT_FORM)
     # The error code of a declined call; each kind says what it means (`rules.declined`).
     DECLINED = {Status.REJECTED: "X_APPROVAL_REJECTED", Status.EXPIRED: "X_APPROVAL_EXPIRED"}
     # The call as held, which a re-run copies; who asks is the `Asker`.
@@ -197,6 +201,15 @@ class Ceremony(models.Model):
         default=list,
         blank=True,
         help_text="A step-up's steps as the server sent them (URL or QR), shown to the person.",
+    )
+    # Sealed, never shown: a server's requestState is opaque and may carry what it must not
+    # leak; it goes back to that server with this call's retry and nowhere else.
+    input_round = SealedJSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="What the retry of an MCP input_required round carries: the answers by "
+        "key and the server's requestState.",
     )
     rerun_of = models.ForeignKey(
         "self",

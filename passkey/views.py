@@ -188,7 +188,7 @@ def ceremony(request, token):
         raise Http404("There is no such approval.")
     if ceremony.kind == Ceremony.Kind.STEP_UP:
         return _step_up(request, ceremony)
-    if ceremony.kind == Ceremony.Kind.FORM:
+    if ceremony.kind in Ceremony.FORMS:
         return _form_page(request, ceremony, ElicitationForm(held_form.requested_schema(ceremony)))
     can_approve = _approval_origin(request) is not None
     pending = ceremony.status == Ceremony.Status.PENDING and not ceremony.is_overdue
@@ -383,7 +383,7 @@ def answer(request, token):
     """The person's answer to a form request: `accept` (the form, validated against the
     server's schema), `decline` or `cancel`; the waiting call hands it to the server."""
     ceremony = _ceremony(request, token)
-    if ceremony is None or ceremony.kind != Ceremony.Kind.FORM:
+    if ceremony is None or ceremony.kind not in Ceremony.FORMS:
         raise Http404("There is no such form.")
     action = request.POST.get("action")
     if action not in ("accept", "decline", "cancel"):

@@ -67,15 +67,17 @@ class McpServerAdmin(admin.ModelAdmin):
         "endpoint",
         "enabled",
         "status_badge",
+        "protocol_version",
         "last_discovery_at",
         "problem",
     ]
-    list_filter = ["transport", "enabled", "status"]
+    list_filter = ["transport", "enabled", "status", "protocol_version"]
     search_fields = ["name", "url", "command"]
     readonly_fields = [
         "status_badge",
         "rejections",
         "last_error",
+        "protocol_version",
         "last_discovery_at",
         "created_at",
     ]

@@ -57,14 +57,12 @@ class DiscoveredTool:
                 setattr(self, name, storable.printable(getattr(self, name)))
 
 
-async def list_all_tools(session):
-    """tools/list across every page (cursor pagination)."""
-    from mcp_types import PaginatedRequestParams  # see pools.mcp_client: the SDK loads late
-
+async def list_all_tools(session, cache_mode="refresh"):
+    """tools/list across every page (cursor pagination). `cache_mode="use"` takes pages whose
+    `ttlMs` (2026-07-28) has not run out from the client's cache instead of asking again."""
     tools, cursor, seen = [], None, set()
     for _ in range(MAX_PAGES):
-        params = PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
+        page = await session.list_tools(cursor=cursor, cache_mode=cache_mode)
         tools.extend(page.tools)
         cursor = page.next_cursor
         if not cursor:
@@ -316,8 +314,9 @@ def _tool_event(server, mcplet, what):
     )
 
 
-def apply_snapshot(server_id, tools):
-    """Store a server's tool list: validate new and changed tools, evict removed ones."""
+def apply_snapshot(server_id, tools, protocol_version=""):
+    """Store a server's tool list (listed at `protocol_version`): validate new and changed
+    tools, evict removed ones."""
     with transaction.atomic():
         server = McpServer.objects.select_for_update().get(pk=server_id)
         pools = {p.name: p for p in Pool.objects.all()}
@@ -371,7 +370,8 @@ def apply_snapshot(server_id, tools):
         Mcplet.objects.bulk_update(to_update, [*TRACKED_FIELDS, "updated_at"], batch_size=500)
         _set_status(server, McpServer.Status.CONNECTED, "", events)
         server.last_discovery_at = timezone.now()
-        server.save(update_fields=["status", "last_error", "last_discovery_at"])
+        server.protocol_version = protocol_version or server.protocol_version
+        server.save(update_fields=["status", "last_error", "last_discovery_at", "protocol_version"])
         audit.record_many(events)
     return report
 
@@ -417,12 +417,13 @@ async def snapshot_of(config, session):
 async def discover_with_session(config, session):
     """Re-discover over an already open session (the watcher's path)."""
     tools = await snapshot_of(config, session)
-    return await sync_to_async(apply_snapshot)(config.id, tools)
+    return await sync_to_async(apply_snapshot)(config.id, tools, session.protocol_version)
 
 
 async def fetch_snapshot(config, timeout):
+    """(the server's tools, the MCP revision they were listed at)."""
     async with open_session(config, timeout=timeout) as session:
-        return await snapshot_of(config, session)
+        return await snapshot_of(config, session), session.protocol_version
 
 
 def discover(server, timeout=30.0):
@@ -431,10 +432,10 @@ def discover(server, timeout=30.0):
     if server.status != McpServer.Status.CONNECTED:
         mark_server(server.pk, McpServer.Status.CONNECTING)
     try:
-        tools = anyio.run(fetch_snapshot, ServerConfig.of(server), timeout)
+        tools, protocol_version = anyio.run(fetch_snapshot, ServerConfig.of(server), timeout)
     except ServerUnreachable as exc:
         mark_server(server.pk, McpServer.Status.ERROR, str(exc))
         raise
-    report = apply_snapshot(server.pk, tools)
+    report = apply_snapshot(server.pk, tools, protocol_version)
     server.refresh_from_db()
     return report

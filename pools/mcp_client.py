@@ -172,13 +172,43 @@ async def decline_elicitation(context, params):
     return ElicitResult(action="decline")
 
 
+def unsupported(exc):
+    """The versions a server says it speaks, when it refused every version we speak (-32022
+    with its `supported` list), else None."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+
+    exc = first_leaf(exc)
+    if not isinstance(exc, MCPError) or exc.code != UNSUPPORTED_PROTOCOL_VERSION:
+        return None
+    supported = exc.data.get("supported") if isinstance(exc.data, dict) else None
+    return [str(v)[:40] for v in supported[:10]] if isinstance(supported, list) else []
+
+
+def _version_problem(config, supported, exc):
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    ours = sorted({*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS})
+    theirs = ", ".join(supported) or "none it would name"
+    if set(supported) & set(ours):  # it named one we speak, and still refused to open
+        return f"{config.name}: the server refused to open a session ({describe(exc)})"
+    return (
+        f"{config.name}: the server speaks MCP {theirs}; this host speaks {', '.join(ours)}, "
+        "so no version is shared"
+    )
+
+
 @asynccontextmanager
 async def open_session(
     config, *, timeout=30.0, message_handler=None, elicitation_callback=decline_elicitation
 ):
-    """An initialized `ClientSession` to the server; ServerUnreachable if it cannot be opened."""
+    """A connected `mcp.Client` to the server, at the newest MCP revision both speak: the SDK
+    probes `server/discover` (2026-07-28) and falls back to the `initialize` handshake
+    (2025-11-25 and older); `client.protocol_version` says which. ServerUnreachable if it
+    cannot be opened, naming the server's versions when none is shared. The client's response
+    cache honours the list results' `ttlMs` (the SDK's default)."""
     import httpx2
-    from mcp import ClientSession, StdioServerParameters
+    from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
@@ -195,7 +225,7 @@ async def open_session(
                 )
                 log = ServerLog(config.name)
                 errlog = stack.enter_context(log.open([config.command, *config.args]))
-                read, write = await stack.enter_async_context(stdio_client(params, errlog))
+                transport = stdio_client(params, errlog)
             else:
                 client = httpx2.AsyncClient(
                     headers=dict(config.headers),
@@ -205,23 +235,19 @@ async def open_session(
                     event_hooks={"response": [_keep_last(responses)]},
                 )
                 await stack.enter_async_context(client)
-                read, write = await stack.enter_async_context(
-                    streamable_http_client(config.url, http_client=client)
-                )
+                transport = streamable_http_client(config.url, http_client=client)
             session = await stack.enter_async_context(
-                ClientSession(
-                    read,
-                    write,
+                Client(
+                    transport,
                     read_timeout_seconds=timeout,
                     message_handler=message_handler,
-                    # Declares elicitation `form` and `url` in initialize (the SDK derives both
-                    # from the callback): servers may then send URL step-ups (-32042) and ask
-                    # forms of a person during a call.
+                    # Declares elicitation `form` and `url` (the SDK derives both from the
+                    # callback): servers may then ask a person for a step or a form — as a
+                    # -32042 or `elicitation/create` (2025-11-25) or an `input_required`
+                    # result (2026-07-28).
                     elicitation_callback=elicitation_callback,
                 )
             )
-            with anyio.fail_after(timeout):
-                await session.initialize()
             opened = True
             yield session
     except Exception as exc:
@@ -230,7 +256,9 @@ async def open_session(
         # exception group the transport's task group put it in.
         if opened:
             raise first_leaf(exc)  # noqa: B904 (the group stays attached as __context__)
-        if config.transport == "stdio":
+        if (supported := unsupported(exc)) is not None:
+            message = _version_problem(config, supported, exc)
+        elif config.transport == "stdio":
             message = f"{config.name}: {describe(exc)}"
         else:
             message = f"{config.name}: {_http_problem(config.url, responses, exc)}"

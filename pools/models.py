@@ -228,6 +228,14 @@ class McpServer(models.Model):
     )
     last_error = models.TextField(blank=True, editable=False)
     last_discovery_at = models.DateTimeField(null=True, blank=True, editable=False)
+    protocol_version = models.CharField(
+        "MCP revision",
+        max_length=40,
+        blank=True,
+        editable=False,
+        help_text="The MCP revision the host and the server agreed on when it was last "
+        "discovered: 2026-07-28 (server/discover) or an older one (the initialize handshake).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = McpServerQuerySet.as_manager()

@@ -148,12 +148,17 @@ class SessionPool:
                 ).start()
             return self._event_loop
 
-    def call_tool(self, config, name, arguments, *, meta=None, timeout=30.0, asker=None):
-        """`tools/call` on the server; raises ServerUnreachable (not reached), or its subclass
-        OutcomeUnknown (sent, then no answer: it may have run). The server's form requests
-        during the call go to `asker` (see _Call); without one they are declined."""
+    def call_tool(
+        self, config, name, arguments, *, meta=None, timeout=30.0, asker=None, reply=None
+    ):
+        """`tools/call` on the server: its CallToolResult, or (2026-07-28) an
+        InputRequiredResult — the server asks for input first, and the same call is sent again
+        with `reply` ({"inputResponses", "requestState"}, held.rounds). Raises
+        ServerUnreachable (not reached), or its subclass OutcomeUnknown (sent, then no answer:
+        it may have run). The server's form requests during the call (`elicitation/create`,
+        2025-11-25) go to `asker` (see _Call); without one they are declined."""
         future = asyncio.run_coroutine_threadsafe(
-            self._call(config, name, arguments, meta, timeout, asker), self._loop()
+            self._call(config, name, arguments, meta, timeout, asker, reply or {}), self._loop()
         )
         return future.result()
 
@@ -176,11 +181,11 @@ class SessionPool:
                 self._held.pop(config.id, None)
                 raise
 
-    async def _call(self, config, name, arguments, meta, timeout, asker):
+    async def _call(self, config, name, arguments, meta, timeout, asker, reply):
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-        held, session = await self._session(config, timeout)
+        held, client = await self._session(config, timeout)
         call = _Call(asker)
         held.calls.add(call)
         # The SDK's own timeout allows for a person's answer; `run` keeps the call's to `timeout`.
@@ -188,7 +193,15 @@ class SessionPool:
         # From here the request may have left: whatever breaks, its outcome is unknown.
         try:
             return await call.run(
-                session.call_tool(name, arguments, read_timeout_seconds=read_timeout, meta=meta),
+                client.session.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=read_timeout,
+                    meta=meta,
+                    input_responses=reply.get("inputResponses"),
+                    request_state=reply.get("requestState"),
+                    allow_input_required=True,
+                ),
                 timeout,
             )
         except TimeoutError:

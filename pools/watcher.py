@@ -1,6 +1,7 @@
-"""Hot reload (spec §5.3.2): one MCP session per enabled server, re-discovered on
-`notifications/tools/list_changed`; servers added, edited or disabled in admin are picked up
-without a restart; dropped servers are reconnected with backoff."""
+"""Hot reload (spec §5.3.2): one MCP session per enabled server, re-discovered when its list
+changes — `notifications/tools/list_changed` on 2025-11-25 sessions, a `subscriptions/listen`
+stream on 2026-07-28 ones; servers added, edited or disabled in admin are picked up without a
+restart; dropped servers are reconnected with backoff."""
 
 import asyncio
 import logging
@@ -9,12 +10,11 @@ from contextlib import asynccontextmanager, suppress
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
-from mcp.client.subscriptions import listen
 from mcp.shared.exceptions import MCPError
 from mcp_types import ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from pools.discovery import discover_with_session, mark_server
+from pools.discovery import discover_with_session, list_all_tools, mark_server
 from pools.mcp_client import ServerConfig, describe, open_session
 from pools.models import McpServer
 
@@ -26,15 +26,21 @@ def enabled_configs():
     return {s.pk: ServerConfig.of(s) for s in McpServer.objects.filter(enabled=True)}
 
 
+def is_modern(client):
+    """A 2026-07-28 session: no `ping`, list changes by subscription."""
+    return client.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
 @asynccontextmanager
-async def tools_changed(session, changed):
-    """Set `changed` on every tools/list_changed. 2026-07-28 sessions must subscribe for it;
-    older ones deliver the notification to the session's message handler."""
-    if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+async def tools_changed(client, changed):
+    """Set `changed` on every change of the tools (or of the resources their result schemas
+    are read from). 2026-07-28 sessions must subscribe for it; older ones deliver
+    tools/list_changed to the session's message handler."""
+    if not is_modern(client):
         yield
         return
     try:
-        subscription = listen(session, tools_list_changed=True)
+        subscription = client.listen(tools_list_changed=True, resources_list_changed=True)
         events = await subscription.__aenter__()
     except MCPError as exc:  # no subscriptions: the periodic re-discovery is the safety net
         log.info("no tools/list_changed subscription: %s", exc)
@@ -114,20 +120,33 @@ class Watcher:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
 
-    async def _follow(self, config, session, changed):
+    async def _follow(self, config, client, changed):
         # Over HTTP a change notified before the client's event stream was open is lost, so the
-        # first quiet interval re-lists once instead of pinging.
-        settled = False
+        # first quiet interval re-lists once instead of checking on the server.
+        settled, listed = False, None
         while True:
             try:
                 await asyncio.wait_for(changed.wait(), self.ping_interval)
             except TimeoutError:
                 if settled:  # quiet: make sure the server is still there
-                    await asyncio.wait_for(session.send_ping(), self.timeout)
-                    continue
+                    listed = await self._still_there(client, listed)
+                    if listed is not None:
+                        continue
                 settled = True
             changed.clear()
-            log.info("re-discovered %s", await discover_with_session(config, session))
+            listed = None
+            log.info("re-discovered %s", await discover_with_session(config, client))
+
+    async def _still_there(self, client, listed):
+        """A quiet session's check. 2025-11-25: a ping. 2026-07-28 has no ping: the tool
+        list, from the client's cache while its `ttlMs` lasts — the previous list if nothing
+        changed, else None (re-discover)."""
+        if not is_modern(client):
+            await asyncio.wait_for(client.session.send_ping(), self.timeout)
+            return listed
+        tools = await asyncio.wait_for(list_all_tools(client, cache_mode="use"), self.timeout)
+        now = [tool.model_dump(mode="json") for tool in tools]
+        return now if listed in (None, now) else None
 
     @staticmethod
     async def _stop(task):

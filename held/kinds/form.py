@@ -34,7 +34,16 @@ class Form(HeldKind):
         """Declined or expired: the waiting worker reads the decline."""
         ceremony.result = DECLINE
         ceremony.save(update_fields=["result"])
-        _audit_answer(ceremony, "decline")
+        audit_answer(ceremony, "decline")
+
+    def answer(self, held, user, action, content):
+        """On the locked row: the answer is the result the waiting worker reads."""
+        accepted = action == "accept"
+        held.status = Ceremony.Status.EXECUTED if accepted else Ceremony.Status.REJECTED
+        held.decided_by, held.decided_at = user, timezone.now()
+        held.result = {"action": action, **({"content": content} if accepted else {})}
+        held.save(update_fields=["status", "decided_by", "decided_at", "result"])
+        audit_answer(held, action)
 
 
 class FormAsker:
@@ -94,18 +103,14 @@ def requested_schema(ceremony):
 
 
 def answer(ceremony, user, action, content=None):
-    """A person's answer to a form: `accept` with the validated `content`, `decline` or
-    `cancel`. False if it is no longer waiting (answered, expired)."""
+    """A person's answer to a form (of either kind, Ceremony.FORMS): `accept` with the
+    validated `content`, `decline` or `cancel`. False if it is no longer waiting (answered,
+    expired)."""
     with transaction.atomic():
         held = Ceremony.objects.select_for_update().get(pk=ceremony.pk)
         if held.status != Ceremony.Status.PENDING or held.is_overdue:
             return False
-        accepted = action == "accept"
-        held.status = Ceremony.Status.EXECUTED if accepted else Ceremony.Status.REJECTED
-        held.decided_by, held.decided_at = user, timezone.now()
-        held.result = {"action": action, **({"content": content} if accepted else {})}
-        held.save(update_fields=["status", "decided_by", "decided_at", "result"])
-        _audit_answer(held, action)
+        held.rules.answer(held, user, action, content)
     ceremony.refresh_from_db()
     return True
 
@@ -123,8 +128,9 @@ def wait_for_answer(ceremony, poll=0.25):
     return ceremony.result or DECLINE
 
 
-def _audit_answer(ceremony, action):
+def audit_answer(ceremony, action, content=None):
     user = ceremony.decided_by
+    content = (ceremony.result or {}).get("content") if content is None else content
     ceremony.audit_event(
         "mcplet.elicitation.answered" if user else "mcplet.elicitation.expired",
         audit.SUCCESS if action == "accept" else audit.BLOCKED,
@@ -132,7 +138,7 @@ def _audit_answer(ceremony, action):
         {
             "action": action,
             "agent": ceremony.agent_id,
-            "fields": sorted((ceremony.result or {}).get("content") or {}),
+            "fields": sorted(content or {}),
             **ceremony.authority.audit_details(),
         },
         by=user,

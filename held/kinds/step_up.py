@@ -1,17 +1,20 @@
-"""A call its server answered with a step a person must take first (MCP URL mode, PWMA -32042):
-held like an approval (no worker waits), its page shows the steps; once the step is done — a
-person says so, or the server's `notifications/elicitation/complete` reaches any process — the
-same call is sent again, once. A strict action's step, once done, is held again for a fresh
-passkey approval: its first assertion was used once."""
+"""A call its server answered with a step a person must take first (MCP URL mode: a -32042
+error, PWMA's too, or a 2026-07-28 `input_required` result): held like an approval (no worker
+waits), its page shows the steps; once the step is done — a person says so, or the server's
+`notifications/elicitation/complete` reaches any process — the same call is sent again, once
+(an `input_required` round's retry with its answers and `requestState`). A strict action's
+step, once done, is held again for a fresh passkey approval: its first assertion was used
+once. A form asked in an `input_required` round is held on the form page (input_form)."""
 
 from django.db import transaction
-from django.utils import timezone
 
-from held.kinds import tool_call
+from held.kinds import input_form, tool_call
 from held.kinds.base import HeldKind
 from held.models import Ceremony
 from mcplet_host import audit
 from mcplet_host.gateway.envelopes import steps
+
+ACCEPTED = {"action": "accept"}
 
 
 class StepUp(HeldKind):
@@ -30,7 +33,7 @@ class StepUp(HeldKind):
 
     def before_run(self, ceremony):
         if ceremony.enforcement == Ceremony.Enforcement.STRICT and ceremony.mcplet:
-            return _approve_again(ceremony)
+            return tool_call.approve_again(ceremony)
         # The same call, the same arguments (PWMA's requestId with them), sent once more.
         asker = ceremony.asker
         asker.record(
@@ -43,11 +46,14 @@ class StepUp(HeldKind):
         return None
 
 
-def hold_if_asked(mcplet, arguments, envelope, asker, enforcement=Ceremony.Enforcement.HOST_ONLY):
-    """Hold the call if its answer `envelope` asks a person for a step (else None): the
-    approvers are told as for any held call. Audited."""
-    asked = steps(envelope)
-    if not asked:
+def hold_if_asked(mcplet, arguments, answer, asker, enforcement=Ceremony.Enforcement.HOST_ONLY):
+    """Hold the call if its `answer` (gateway.execute.Answer) asks a person for a step or a
+    form first (else None): the approvers are told as for any held call. Audited."""
+    asked, envelope = answer.asked, answer.envelope
+    if asked is not None and asked.form is not None:
+        return input_form.hold(mcplet, arguments, asked, asker, enforcement)
+    elicitations = asked.steps if asked is not None else steps(envelope)
+    if not elicitations:
         return None
     with transaction.atomic():
         ceremony = tool_call.open_call(
@@ -55,9 +61,13 @@ def hold_if_asked(mcplet, arguments, envelope, asker, enforcement=Ceremony.Enfor
             mcplet,
             arguments,
             asker,
-            elicitations=asked,
+            elicitations=elicitations,
             prompt_message=envelope["error"]["message"],
             enforcement=enforcement,
+            # Done means accepted: the retry says so for each step, with the server's state.
+            input_round=asked.reply({s["inputKey"]: ACCEPTED for s in elicitations})
+            if asked is not None
+            else None,
         )
         asker.record(
             "mcplet.stepup.held",
@@ -112,21 +122,6 @@ def completed_by_server(server_id, elicitation_id):
         if elicitation_id in ids and complete(ceremony, elicitation_id=elicitation_id):
             done += 1
     return done
-
-
-def _approve_again(ceremony):
-    """A strict action's step is done, but its passkey assertion was used once: the same call
-    is held for a fresh approval (a new challenge bound to the same call), for the same
-    continuation. Nothing is sent until then."""
-    with transaction.atomic():
-        again = tool_call.hold(
-            ceremony.mcplet, ceremony.arguments, ceremony.asker, after_step=ceremony.token[:8]
-        )
-        ceremony.status, ceremony.executed_at = Ceremony.Status.EXECUTED, timezone.now()
-        ceremony.result = {"stepCompleted": True, "approval": again.token[:8]}
-        ceremony.save(update_fields=["status", "result", "executed_at"])
-    ceremony.notify_continuation()
-    return ceremony
 
 
 RULES = StepUp()

@@ -85,10 +85,10 @@ def call_tool(
         return _refused(refusal, tool, asker)
     if mcplet.needs_approval or (surface == "app" and proposed_by_model):
         return Outcome("pending", ceremony=tool_call.hold(mcplet, arguments, asker))
-    envelope = execute_with_retries(mcplet, arguments, asker, asker.call_details())
-    ceremony = step_up.hold_if_asked(mcplet, arguments, envelope, asker)
+    answer = execute_with_retries(mcplet, arguments, asker, asker.call_details())
+    ceremony = step_up.hold_if_asked(mcplet, arguments, answer, asker)
     if ceremony is None:
-        return Outcome("executed", envelope)
+        return Outcome("executed", answer.envelope)
     return Outcome("pending", ceremony=ceremony)
 
 

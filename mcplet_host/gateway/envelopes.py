@@ -99,30 +99,35 @@ def _elicitations(data):
     """The steps a -32042 asks a person to take, kept whole and uninterpreted: the MCP URL
     mode (the SDK's ElicitRequestURLParams) and PWMA's QR mode (§3.4, an opaque payload).
     What is malformed or cannot be stored is left out."""
+    raw = data.get("elicitations") if isinstance(data, dict) else None
+    found = (url_step(item) for item in (raw if isinstance(raw, list) else [])[:MAX_ELICITATIONS])
+    return [step for step in found if step is not None]
+
+
+def url_step(item):
+    """One step a person takes in the browser (a URL, or PWMA's QR payload) as the pages show
+    it, with the domain the browser will read; None if malformed, ambiguous or unstorable."""
     from mcp_types import ElicitRequestURLParams
     from pydantic import ValidationError
 
-    found = []
-    raw = data.get("elicitations") if isinstance(data, dict) else None
-    for item in (raw if isinstance(raw, list) else [])[:MAX_ELICITATIONS]:
-        if not isinstance(item, dict) or storable.problem(item):
-            continue
-        if item.get("mode") == "qr":
-            step = {k: item.get(k) for k in ("elicitationId", "mode", "message", "qrPayload")}
-        else:
-            try:
-                params = ElicitRequestURLParams.model_validate(item)
-            except ValidationError:
-                continue
-            # Read as the person's browser will read it; an ambiguous URL is not shown at all.
-            host, ambiguity = read_url(params.url) or ("", "not a web URL")
-            if not host or ambiguity or urlsplit(params.url).scheme not in ("http", "https"):
-                continue
-            step = params.model_dump(by_alias=True, exclude_none=True, include=URL_STEP)
-            step["domain"] = host
-        if all(isinstance(v, str) and len(v) <= MAX_ELICITATION_CHARS for v in step.values()):
-            found.append(step)
-    return found
+    if not isinstance(item, dict) or storable.problem(item):
+        return None
+    if item.get("mode") == "qr":
+        step = {k: item.get(k) for k in ("elicitationId", "mode", "message", "qrPayload")}
+    else:
+        try:
+            params = ElicitRequestURLParams.model_validate(item)
+        except ValidationError:
+            return None
+        # Read as the person's browser will read it; an ambiguous URL is not shown at all.
+        host, ambiguity = read_url(params.url) or ("", "not a web URL")
+        if not host or ambiguity or urlsplit(params.url).scheme not in ("http", "https"):
+            return None
+        step = params.model_dump(by_alias=True, exclude_none=True, include=URL_STEP)
+        step["domain"] = host
+    if all(isinstance(v, str) and len(v) <= MAX_ELICITATION_CHARS for v in step.values()):
+        return step
+    return None
 
 
 def envelope_of(mcplet, result):

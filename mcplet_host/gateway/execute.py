@@ -2,13 +2,18 @@
 the call on the server's long-lived session, its envelope, its audit event — and the retries a
 server's own hints allow."""
 
+import hashlib
 import itertools
+import secrets
 import time
+import uuid
+from typing import NamedTuple
 
 from django.conf import settings
 
 from held.kinds.form import FormAsker
 from mcplet_host import audit
+from mcplet_host.gateway import rounds
 from mcplet_host.gateway.envelopes import (
     envelope_of,
     error_envelope,
@@ -25,16 +30,38 @@ from pools.sessions import sessions
 OUTCOME_UNKNOWN = "X_OUTCOME_UNKNOWN"
 
 
-def execute(mcplet, arguments, asker, details, meta=None):
+class Answer(NamedTuple):
+    """What one tools/call came to: its envelope, the MGP recovery hints the server itself
+    sent with its error, and what it asks of a person first (2026-07-28 `input_required`)."""
+
+    envelope: dict
+    told: dict
+    asked: rounds.InputRequired | None = None
+
+
+def trace_context(trace):
+    """`_meta.traceparent` (W3C Trace Context, as MCP 2026-07-28 carries it): the call's trace
+    is the host's trace id — a workflow's context id is a UUID, whose 32 hex digits it is."""
+    try:
+        trace_id = uuid.UUID(trace).hex
+    except (ValueError, TypeError, AttributeError):
+        trace_id = hashlib.sha256(str(trace).encode()).hexdigest()[:32] if trace else ""
+    if not trace_id.strip("0"):
+        trace_id = secrets.token_hex(16)
+    return {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+
+
+def execute(mcplet, arguments, asker, details, meta=None, reply=None):
     """Steps 7–9: tools/call with a timeout, the result envelope, the audit event. A held call
     (`meta` carries its idempotency key) whose request left but got no answer is outcome-unknown:
     not retryable, and the host never sends it again. The server's form requests during the
-    call go to a person (FormAsker) on behalf of `asker` (held.models.Asker), who acts.
+    call go to a person (FormAsker) on behalf of `asker` (held.models.Asker), who acts. `reply`
+    is what the retry of an `input_required` round carries (its answers and `requestState`).
 
-    Returns (envelope, the MGP recovery hints the server itself sent with its error)."""
+    Returns an Answer."""
     actor, trace = asker.actor(), asker.trace_id
     started = time.monotonic()
-    told = {}
+    told, asked = {}, None
     if not mcplet.server.enabled:
         envelope = error_envelope(
             ErrorCode.SERVICE_UNAVAILABLE,
@@ -51,9 +78,10 @@ def execute(mcplet, arguments, asker, details, meta=None):
                 ServerConfig.of(mcplet.server),
                 mcplet.name,
                 arguments,
-                meta=meta,
+                meta={**(meta or {}), **trace_context(trace)},
                 timeout=settings.MCPLET_TOOL_TIMEOUT,
                 asker=FormAsker(mcplet, arguments, asker),
+                reply=reply,
             )
         except OutcomeUnknown as exc:
             held = meta is not None
@@ -86,7 +114,10 @@ def execute(mcplet, arguments, asker, details, meta=None):
             told = server_hints(exc.data) if isinstance(exc.data, dict) else {}
             envelope = jsonrpc_error(mcplet, exc, told)
         else:
-            envelope = envelope_of(mcplet, result)
+            if getattr(result, "result_type", "") == "input_required":
+                envelope, asked = rounds.read(mcplet, result)
+            else:
+                envelope = envelope_of(mcplet, result)
             told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
     failed = "error" in envelope
     audit.record(
@@ -104,7 +135,7 @@ def execute(mcplet, arguments, asker, details, meta=None):
             **(failure(envelope) if failed else {}),
         },
     )
-    return envelope, told
+    return Answer(envelope, told, asked)
 
 
 def _retry_wait(mcplet, told, attempt):
@@ -124,12 +155,13 @@ def _retry_wait(mcplet, told, attempt):
 
 
 def execute_with_retries(mcplet, arguments, asker, details):
-    """`execute`, tried again as the server's hints allow, each retry audited."""
+    """`execute`, tried again as the server's hints allow, each retry audited; its Answer."""
     for attempt in itertools.count(1):
-        envelope, told = execute(mcplet, arguments, asker, details)
-        wait = _retry_wait(mcplet, told, attempt) if "error" in envelope else None
+        answer = execute(mcplet, arguments, asker, details)
+        envelope = answer.envelope
+        wait = _retry_wait(mcplet, answer.told, attempt) if "error" in envelope else None
         if wait is None:
-            return envelope
+            return answer
         actor, trace = asker.actor(), asker.trace_id
         audit.record(
             "mcplet.tool.retried",

@@ -58,8 +58,6 @@ import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.server.runner import serve_loop
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -70,7 +68,6 @@ from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 SERVER_ONLY_KEYS = frozenset(
     {"resultSchema", "rawResource", "result", "answers", "sleep", "elicit", "inputRequired"}
 )
-PROTOCOLS = ("both", "2025", "2026")
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
 POLL_INTERVAL = 0.1
@@ -188,8 +185,7 @@ class ProgrammableServer:
         )
         self.tools_changed = ToolsChangedNotifier(self.server)
         self.server.middleware.append(self._raw_tools_list)
-        if self.protocols != "both":
-            self.server.middleware.append(self._one_generation)
+        serving.one_generation(self.server, self.protocols)
         # The lowlevel Server has no requestState boundary of its own (MCPServer installs one):
         # without it the handler would trust whatever state a client echoes.
         self.server.middleware.append(
@@ -225,37 +221,8 @@ class ProgrammableServer:
             return await call_next(ctx)
         return self.page((ctx.params or {}).get("cursor"))
 
-    async def _one_generation(
-        self, ctx: ServerRequestContext, call_next: CallNext
-    ) -> HandlerResult:
-        # Both transports run every request of either era through the middleware, so refusing
-        # the other generation's opening request here makes the server look like a
-        # one-generation one to a negotiating client.
-        if self.protocols == "2025" and ctx.method == "server/discover":
-            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
-        if self.protocols == "2026" and ctx.method == "initialize":
-            data = types.UnsupportedProtocolVersionErrorData(
-                supported=list(MODERN_PROTOCOL_VERSIONS),
-                requested=str((ctx.params or {}).get("protocolVersion")),
-            )
-            raise MCPError(
-                code=types.UNSUPPORTED_PROTOCOL_VERSION,
-                message="Unsupported protocol version",
-                data=data.model_dump(mode="json"),
-            )
-        return await call_next(ctx)
-
     async def serve(self, transport: str, host: str, port: int) -> None:
-        if transport == "stdio" and self.protocols == "2025":
-            # The dual-era stdio loop locks a connection to 2026-07-28 on its first enveloped
-            # request, so after the refused discover probe the client's initialize would be
-            # refused too; a pre-2026 server is the SDK's handshake-only loop.
-            server = self.server
-            async with stdio_server() as (read, write), server.lifespan(server) as state:
-                options = server.create_initialization_options()
-                await serve_loop(server, read, write, lifespan_state=state, init_options=options)
-            return
-        await serving.serve(self.server, transport, host, port)
+        await serving.serve(self.server, transport, host, port, self.protocols)
 
     # -- tools/call
 
@@ -277,9 +244,14 @@ class ProgrammableServer:
         if rounds and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             # The boundary only lets through state this process minted, so it parses.
             state = json.loads(params.request_state or "null") or {"call": secrets.token_hex(8)}
+            # Bound to its call, as a careful server binds it: another call's state is refused.
+            if state.get("arguments", arguments) != arguments:
+                raise MCPError(code=types.INVALID_PARAMS, message="requestState of another call")
             done = state.get("round", 0)
             if done < len(rounds):
-                minted = json.dumps({"round": done + 1, "call": state["call"]})
+                minted = json.dumps(
+                    {"round": done + 1, "call": state["call"], "arguments": arguments}
+                )
                 return types.InputRequiredResult(input_requests=rounds[done], request_state=minted)
             default["inputResponses"] = responses
         result = entry.get("result", default)
@@ -396,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--calls-log", type=Path)
-    parser.add_argument("--protocols", choices=PROTOCOLS, default="both")
+    parser.add_argument("--protocols", choices=serving.GENERATIONS, default="both")
     args = parser.parse_args(argv)
     programmable = ProgrammableServer(
         args.spec, page_size=args.page_size, calls_log=args.calls_log, protocols=args.protocols

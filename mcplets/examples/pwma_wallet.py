@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
@@ -191,6 +192,9 @@ def build(provider_url: str, calls_log: Path | None = None) -> MCPServer:
         description="The wallet's PWMA-CONFIG",
     )
     server.custom_route("/presence/{elicitation_id}", ["GET", "POST"])(wallet.presence_page)
+    # PWMA over MCP 0.2.0 is built on 2025-11-25's shapes: a -32042 step-up, then the wallet's
+    # notifications/elicitation/complete to the session that asked (2026-07-28 has neither).
+    serving.one_generation(server, "2025")
     return server
 
 
@@ -208,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     server = build(args.provider_url or f"http://{args.host}:{args.port}", args.calls_log)
     if args.transport == "stdio":
-        server.run()
+        # The handshake-only stdio loop, as the SDK's own Client reaches an MCPServer's.
+        anyio.run(serving.serve, server._lowlevel_server, "stdio", "", 0, "2025")
     else:
         server.run("streamable-http", host=args.host, port=args.port)
 

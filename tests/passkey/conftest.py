@@ -168,13 +168,14 @@ def _close_loopback_pages():
 
 @pytest.fixture
 def asking_server(tmp_path, calls):
-    """A stdio server whose `book_table` asks a form (`ask`, default ASK) during the call, its
-    pool granted to a partner and an agent; returns the agent."""
+    """A 2025-11-25 stdio server whose `book_table` asks a form (`ask`, default ASK) during the
+    call, its pool granted to a partner and an agent; returns the agent."""
 
     def start(ask=ASK, *others):
         tools = [entry("book_table", pool="bistro-pool") | {"elicit": ask}, *others]
+        # elicitation/create during a call is 2025-11-25's shape (2026-07-28: input_required).
         command, args = stdio_params(
-            write_spec(tmp_path / "tools.json", tools), calls_log=calls.path
+            write_spec(tmp_path / "tools.json", tools), calls_log=calls.path, protocols="2025"
         )
         server = McpServer.objects.create(
             name="bistro", transport="stdio", command=command, args=args

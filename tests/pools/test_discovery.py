@@ -230,12 +230,14 @@ def test_a_stdio_command_that_does_not_exist(db):
 
 
 def test_a_listing_that_is_not_valid_mcp_fails_the_server(spec):
-    # A non-object _meta breaks the MCP schema itself, so the SDK refuses the whole page.
+    # A non-object _meta breaks the MCP schema itself, so the SDK refuses the whole page: the
+    # host's client on a 2025-11-25 session (the page goes out as written), the server's own
+    # SDK on a 2026-07-28 one (it checks its results before sending them).
     server = spec([{"name": "broken", "_meta": "oops"}, tool("query_crm")]).stdio()
-    with pytest.raises(ServerUnreachable, match="_meta"):
+    with pytest.raises(ServerUnreachable, match="_meta|invalid result"):
         discover(server)
     server.refresh_from_db()
-    assert server.status == McpServer.Status.ERROR and "valid dictionary" in server.last_error
+    assert server.status == McpServer.Status.ERROR and server.last_error.startswith("crm: ")
     assert not Mcplet.objects.exists()
 
 

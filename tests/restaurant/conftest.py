@@ -57,7 +57,7 @@ def module_of(info):
 
 async def _listing(info):
     async with Client(module_of(info).server, mode="legacy") as client:
-        return await snapshot(client.session)
+        return await snapshot(client)
 
 
 @pytest.fixture(scope="session")
