@@ -4,7 +4,6 @@ to the server once more with the answers and the server's `requestState` — pro
 server's own call log — and cancelled, declined or expired, nothing more is sent. The state
 never reaches a page or the audit, and never travels with another call."""
 
-import contextlib
 import json
 
 import pytest
@@ -12,92 +11,14 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from agents.models import Agent
 from held.models import Ceremony
 from held.tasks import expire_ceremonies
-from mcplet_host import gateway
-from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
-from mcplets.examples.programmable import serve_http, stdio_params, write_spec
-from pools.discovery import discover
-from pools.models import McpServer, Pool
 from pools.sessions import sessions
 from tests import processes
-from tests.conftest import entry
+from tests.held.conftest import ARGUMENTS, SAMPLING, SIGN_IN, WHICH_TABLE, book
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
-
-AUTHORITY = Authority("partner-bot", ("director",))
-SIGN_IN = {
-    "login": {
-        "method": "elicitation/create",
-        "params": {
-            "mode": "url",
-            "message": "Sign in to the bistro's booking system",
-            "url": "https://book.bistro.example/sign-in?session=7",
-            "elicitationId": "e-7",
-        },
-    }
-}
-TABLE = {
-    "type": "object",
-    "properties": {
-        "seating": {"type": "string", "enum": ["terrace", "inside"]},
-        "guests": {"type": "integer", "minimum": 1, "maximum": 12},
-    },
-    "required": ["seating", "guests"],
-}
-WHICH_TABLE = {
-    "table": {
-        "method": "elicitation/create",
-        "params": {"mode": "form", "message": "Which table?", "requestedSchema": TABLE},
-    }
-}
-SAMPLING = {
-    "llm": {
-        "method": "sampling/createMessage",
-        "params": {"messages": [], "maxTokens": 10},
-    }
-}
-ARGUMENTS = {"day": "friday"}
-
-
-@pytest.fixture
-def bistro(tmp_path, calls):
-    """A 2026-07-28-only server (stdio, or streamable HTTP: a process that outlives the host's)
-    whose `book_table` asks `rounds` first; returns the agent that may call it (for a partner,
-    through the director)."""
-    with contextlib.ExitStack() as stack:
-
-        def start(*rounds, transport="stdio"):
-            tool = entry("book_table", pool="bistro-pool") | {"inputRequired": list(rounds)}
-            spec = write_spec(tmp_path / "tools.json", [tool])
-            if transport == "http":
-                url = stack.enter_context(serve_http(spec, calls_log=calls.path, protocols="2026"))
-                where = {"transport": "http", "url": url}
-            else:
-                command, args = stdio_params(spec, calls_log=calls.path, protocols="2026")
-                where = {"transport": "stdio", "command": command, "args": args}
-            server = McpServer.objects.create(name="bistro", **where)
-            pool = Pool.objects.create(name="bistro-pool")
-            discover(server)
-            server.refresh_from_db()
-            assert server.protocol_version == "2026-07-28"
-            partner = Agent.objects.create(
-                agent_id="partner-bot", display_name="P", kind="external"
-            )
-            partner.accessible_pools.set([pool])
-            agent = Agent.objects.create(agent_id="planning-agent", display_name="Planning")
-            agent.accessible_pools.set([pool])
-            return agent
-
-        yield start
-
-
-def book(agent, ref="run:call-1", trace="ctx-round", day="friday"):
-    return gateway.call_tool(
-        agent, "book_table", {"day": day}, trace=trace, authority=AUTHORITY, continuation_ref=ref
-    )
 
 
 def sent(calls):

@@ -2,6 +2,7 @@ import pytest
 
 from mcplets.examples.programmable import serve_http, stdio_params, write_spec
 from pools.models import McpServer, Pool
+from tests.conftest import Calls
 
 
 def tool(name, mcplet_type="read", visibility=("model",), **meta):
@@ -12,16 +13,20 @@ def tool(name, mcplet_type="read", visibility=("model",), **meta):
 
 
 class SpecServer:
-    """A programmable MCP server's spec file and an McpServer row pointing at it."""
+    """A programmable MCP server's spec file and an McpServer row pointing at it; `calls` is
+    what the server received."""
 
     def __init__(self, path, name):
         self.path, self.name = path, name
+        self.calls = Calls(path.with_suffix(".calls.jsonl"))
 
     def write(self, tools, resources=None):
         write_spec(self.path, tools, resources)
 
-    def stdio(self, page_size=0):
-        command, args = stdio_params(self.path, page_size=page_size)
+    def stdio(self, page_size=0, protocols="both"):
+        command, args = stdio_params(
+            self.path, page_size=page_size, calls_log=self.calls.path, protocols=protocols
+        )
         return McpServer.objects.create(
             name=self.name, transport="stdio", command=command, args=args
         )
@@ -42,11 +47,17 @@ def spec(tmp_path):
 
 @pytest.fixture
 def http_server():
-    """A factory (spec, page_size) → McpServer of a programmable server over streamable HTTP."""
+    """A factory (spec, page_size, protocols) → McpServer of a programmable server over
+    streamable HTTP."""
     stack = []
 
-    def start(server_spec, page_size=0):
-        context = serve_http(server_spec.path, page_size=page_size)
+    def start(server_spec, page_size=0, protocols="both"):
+        context = serve_http(
+            server_spec.path,
+            page_size=page_size,
+            calls_log=server_spec.calls.path,
+            protocols=protocols,
+        )
         url = context.__enter__()
         stack.append(context)
         return McpServer.objects.create(name=server_spec.name, transport="http", url=url)

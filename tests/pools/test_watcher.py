@@ -34,6 +34,15 @@ def watcher():
     stop()
 
 
+@pytest.fixture
+def listening_watcher():
+    """A watcher that checks on quiet servers only every 30 s: a change it follows sooner came
+    by notification (2025-11-25) or on the subscription stream (2026-07-28)."""
+    stop = start_in_thread(poll_interval=0.2, ping_interval=30, timeout=5, max_backoff=0.5)
+    yield
+    stop()
+
+
 def follow_changes(server_spec, server):
     wait_until(lambda: routable(server) == {"query_crm", "query_hr"}, "first discovery")
     server_spec.write(
@@ -43,7 +52,8 @@ def follow_changes(server_spec, server):
         ]
     )  # query_hr removed
     took = wait_until(lambda: routable(server) == {"query_erp"}, "the list_changed re-discovery")
-    print(f"{server.transport}: registry followed list_changed in {took * 1000:.0f} ms")
+    server.refresh_from_db()
+    print(f"{server.transport} {server.protocol_version}: followed in {took * 1000:.0f} ms")
     assert Mcplet.objects.get(server=server, name="query_hr").status == Mcplet.Status.EVICTED
     assert (
         "action visible to the model"
@@ -51,14 +61,17 @@ def follow_changes(server_spec, server):
     )
 
 
-def test_follows_list_changed_over_stdio(spec, watcher):
+# 2025-11-25: notifications/tools/list_changed; 2026-07-28: a subscriptions/listen stream.
+@pytest.mark.parametrize("protocols", ["2025", "2026"])
+def test_follows_list_changed_over_stdio(spec, listening_watcher, protocols):
     crm = spec([tool("query_crm"), tool("query_hr")])
-    follow_changes(crm, crm.stdio())
+    follow_changes(crm, crm.stdio(protocols=protocols))
 
 
-def test_follows_list_changed_over_http(spec, http_server, watcher):
+@pytest.mark.parametrize("protocols", ["2025", "2026"])
+def test_follows_list_changed_over_http(spec, http_server, listening_watcher, protocols):
     crm = spec([tool("query_crm"), tool("query_hr")])
-    follow_changes(crm, http_server(crm))
+    follow_changes(crm, http_server(crm, protocols=protocols))
 
 
 def test_picks_up_servers_added_and_disabled_in_admin(spec, watcher):
