@@ -277,11 +277,11 @@ def command_problem(command):
 
 
 def probe(config, timeout=10.0):
-    """Open a session (stdio: launch the server; HTTP: initialize) and close it again; raises
-    ServerUnreachable with the reason when that fails."""
+    """Open a session (stdio: launch the server; then agree on a revision) and close it again;
+    raises ServerUnreachable with the reason when that fails."""
 
-    async def initialize():
+    async def negotiate():
         async with open_session(config, timeout=timeout):
             pass
 
-    anyio.run(initialize)
+    anyio.run(negotiate)

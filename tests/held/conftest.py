@@ -15,6 +15,7 @@ from tests.conftest import entry
 from tests.passkey.conftest import (  # noqa: F401
     approver,
     approver_client,
+    authenticator,
     passkey_settings,
 )
 
@@ -60,8 +61,9 @@ def bistro(tmp_path, calls):
     through the director)."""
     with contextlib.ExitStack() as stack:
 
-        def start(*rounds, transport="stdio"):
-            tool = entry("book_table", pool="bistro-pool") | {"inputRequired": list(rounds)}
+        def start(*rounds, transport="stdio", mcplet_type="read", **meta):
+            tool = entry("book_table", mcplet_type, pool="bistro-pool", **meta)
+            tool |= {"inputRequired": list(rounds)}
             spec = write_spec(tmp_path / "tools.json", [tool])
             if transport == "http":
                 url = stack.enter_context(serve_http(spec, calls_log=calls.path, protocols="2026"))

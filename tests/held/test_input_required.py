@@ -16,7 +16,11 @@ from held.tasks import expire_ceremonies
 from mcplet_host.models import AuditEvent
 from pools.sessions import sessions
 from tests import processes
+from tests.conftest import STRICT
 from tests.held.conftest import ARGUMENTS, SAMPLING, SIGN_IN, WHICH_TABLE, book
+from tests.passkey.conftest import post_assertion, sign
+
+ACCEPTED = {"action": "accept"}
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 
@@ -216,3 +220,34 @@ def test_a_form_outlives_the_processes_that_held_it(bistro, calls, approver_clie
     first, retry = sent(calls)
     assert echoed(first) is None and echoed(retry)["round"] == 1
     assert retry["inputResponses"]["table"]["content"] == {"seating": "terrace", "guests": 3}
+
+
+def test_a_strict_actions_step_is_approved_again_and_sent_with_its_state(
+    bistro, calls, approver_client, authenticator
+):
+    """The passkey assertion of the first approval was used once: after the step, the same
+    call is held for a fresh approval bound to it, and its run carries the round's state."""
+    agent = bistro(SIGN_IN, mcplet_type="action", auth=STRICT)
+    first = book(agent).ceremony
+    assert first.kind == Ceremony.Kind.TOOL_CALL and first.needs_assertion
+    approve(approver_client, first, authenticator)
+
+    step = Ceremony.objects.filter(continuation_ref="run:call-1").first()
+    assert step.kind == Ceremony.Kind.STEP_UP and step.enforcement == "strict"
+    approver_client.post(f"{step.get_absolute_url()}step/", {"action": "finished"})
+    again = Ceremony.objects.filter(continuation_ref="run:call-1").first()
+    assert again.kind == Ceremony.Kind.TOOL_CALL and again.status == Ceremony.Status.PENDING
+    assert again.input_round == step.input_round
+    assert len(sent(calls)) == 1  # nothing is sent on the used assertion
+
+    approve(approver_client, again, authenticator)
+    again.refresh_from_db()
+    assert again.status == Ceremony.Status.EXECUTED, again.result
+    call, retry = sent(calls)
+    assert echoed(retry)["round"] == 1 and retry["inputResponses"] == {"login": ACCEPTED}
+    assert retry["meta"]["mcplet_auth"] != call["meta"]["mcplet_auth"]  # a fresh assertion
+
+
+def approve(client, ceremony, key):
+    response = post_assertion(client, ceremony, sign(client, ceremony, key))
+    assert response.status_code == 200, response.content

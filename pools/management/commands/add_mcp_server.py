@@ -12,7 +12,8 @@ NOT_UP_YET = "If it is not up yet, register it anyway with --no-check."
 class Command(BaseCommand):
     help = (
         "Register an MCP server (stdio command or streamable HTTP URL), after checking that it "
-        "answers MCP (an initialize); nothing is registered when it does not, unless --no-check."
+        "answers MCP (server/discover, or the initialize handshake of older revisions); nothing is "
+        "registered when it does not, unless --no-check."
     )
 
     def add_arguments(self, parser):
