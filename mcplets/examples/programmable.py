@@ -206,20 +206,23 @@ class ProgrammableServer:
     async def _list_tools(
         self, ctx: ServerRequestContext, params: types.PaginatedRequestParams
     ) -> dict[str, Any]:
-        # Only 2026-07-28 requests get here (see `_raw_tools_list`); the SDK's sieve wants the
-        # `resultType` these results must carry, and fills `ttlMs`/`cacheScope` from the hints.
-        return {**self.page(params.cursor), "resultType": "complete"}
+        # Declares the tools capability; every tools/list is answered by `_raw_tools_list`.
+        return self.page(params.cursor)
 
     async def _raw_tools_list(
         self, ctx: ServerRequestContext, call_next: CallNext
     ) -> HandlerResult:
         # The SDK sieves results through its models before sending them, which drops unknown
-        # tool keys and turns a non-object `_meta` into an INTERNAL_ERROR for the whole page.
-        # On handshake-era connections the page goes out exactly as the spec says instead.
-        # (2026-07-28 results need SDK-filled fields, so they take the normal path.)
-        if ctx.method != "tools/list" or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        # tool keys and turns a non-object `_meta` into an INTERNAL_ERROR for the whole page. A
+        # middleware that answers owns its result, so the page goes out exactly as the spec
+        # says, on either generation: a host must defend itself against what a hostile server
+        # sends, not what the SDK lets through. (2026-07-28 adds what its results must carry.)
+        if ctx.method != "tools/list":
             return await call_next(ctx)
-        return self.page((ctx.params or {}).get("cursor"))
+        page = self.page((ctx.params or {}).get("cursor"))
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            page = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private", **page}
+        return page
 
     async def serve(self, transport: str, host: str, port: int) -> None:
         await serving.serve(self.server, transport, host, port, self.protocols)

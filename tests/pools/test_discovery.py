@@ -229,15 +229,15 @@ def test_a_stdio_command_that_does_not_exist(db):
     assert server.status == McpServer.Status.ERROR
 
 
-def test_a_listing_that_is_not_valid_mcp_fails_the_server(spec):
-    # A non-object _meta breaks the MCP schema itself, so the SDK refuses the whole page: the
-    # host's client on a 2025-11-25 session (the page goes out as written), the server's own
-    # SDK on a 2026-07-28 one (it checks its results before sending them).
-    server = spec([{"name": "broken", "_meta": "oops"}, tool("query_crm")]).stdio()
-    with pytest.raises(ServerUnreachable, match="_meta|invalid result"):
+@pytest.mark.parametrize("protocols", ["2025", "2026"])
+def test_a_listing_that_is_not_valid_mcp_fails_the_server(spec, protocols):
+    # A non-object _meta breaks the MCP schema itself, so the SDK refuses the whole page.
+    server = spec([{"name": "broken", "_meta": "oops"}, tool("query_crm")])
+    server = server.stdio(protocols=protocols)
+    with pytest.raises(ServerUnreachable, match="_meta"):
         discover(server)
     server.refresh_from_db()
-    assert server.status == McpServer.Status.ERROR and server.last_error.startswith("crm: ")
+    assert server.status == McpServer.Status.ERROR and "valid dictionary" in server.last_error
     assert not Mcplet.objects.exists()
 
 
