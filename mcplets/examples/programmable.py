@@ -4,9 +4,10 @@
         [--host 127.0.0.1] [--port 8766] [--page-size N] [--calls-log calls.jsonl]
         [--protocols both|2025|2026]
 
-The spec is `{"tools": [...], "resources": {"uri": "text", ...}}`. Each tool entry is published
-as given, minus the server-side keys `resultSchema`, `rawResource`, `result`, `answers`,
-`sleep`, `elicit` and `inputRequired`;
+The spec is `{"tools": [...], "resources": {"uri": "text", ...}, "listTtlMs": 0}` (`listTtlMs`:
+the `ttlMs` of its 2026-07-28 tools/list results). Each tool entry is published as given, minus
+the server-side keys `resultSchema`, `rawResource`, `result`, `answers`, `sleep`, `elicit` and
+`inputRequired`;
 `inputSchema` defaults to an empty object schema. Nothing is validated: the server exists to
 feed a host bad tools too. `resultSchema` is served as a §9.4 payload at
 `_meta.mcpletToolResultSchemaUri` (`rawResource`, when given, is served there verbatim instead)
@@ -85,6 +86,7 @@ class Spec:
     tools: list[dict[str, Any]]  # as published on tools/list
     entries: dict[str, dict[str, Any]]  # spec entries by tool name, for tools/call
     resources: dict[str, str]  # uri -> text
+    list_ttl_ms: int = 0  # tools/list's 2026-07-28 cache hint
 
     @classmethod
     def load(cls, path: Path) -> Spec:
@@ -112,7 +114,8 @@ class Spec:
         # Explicit resources win over derived ones: a test may want a schema URI to say anything.
         extra = data.get("resources") or {}
         resources.update({str(uri): str(text) for uri, text in extra.items()})
-        return cls(tools=tools, entries=entries, resources=resources)
+        ttl = data.get("listTtlMs", 0)
+        return cls(tools=tools, entries=entries, resources=resources, list_ttl_ms=ttl)
 
 
 def _schema_uri(entry: Mapping[str, Any]) -> str | None:
@@ -221,7 +224,8 @@ class ProgrammableServer:
             return await call_next(ctx)
         page = self.page((ctx.params or {}).get("cursor"))
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            page = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private", **page}
+            hints = {"ttlMs": self.spec.list_ttl_ms, "cacheScope": "private"}
+            page = {"resultType": "complete", **hints, **page}
         return page
 
     async def serve(self, transport: str, host: str, port: int) -> None:
@@ -387,10 +391,12 @@ def write_spec(
     path: str | os.PathLike[str],
     tools: list[dict[str, Any]],
     resources: Mapping[str, str] | None = None,
+    list_ttl_ms: int = 0,
 ) -> Path:
-    """Write a spec atomically, with an mtime strictly later than the file it replaces."""
+    """Write a spec atomically, with an mtime strictly later than the file it replaces
+    (`list_ttl_ms`: the `ttlMs` its 2026-07-28 tools/list results carry)."""
     path = Path(path)
-    data: dict[str, Any] = {"tools": tools}
+    data: dict[str, Any] = {"tools": tools, "listTtlMs": list_ttl_ms}
     if resources is not None:
         data["resources"] = dict(resources)
     try:

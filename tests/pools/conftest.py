@@ -20,8 +20,8 @@ class SpecServer:
         self.path, self.name = path, name
         self.calls = Calls(path.with_suffix(".calls.jsonl"))
 
-    def write(self, tools, resources=None):
-        write_spec(self.path, tools, resources)
+    def write(self, tools, resources=None, list_ttl_ms=0):
+        write_spec(self.path, tools, resources, list_ttl_ms)
 
     def stdio(self, page_size=0, protocols="both"):
         command, args = stdio_params(

@@ -5,13 +5,14 @@ the host is a clear error naming its revisions."""
 
 import sys
 
+import anyio
 import pytest
 from django.urls import reverse
 
 from agents.models import Agent
 from mcplet_host import gateway
-from pools.discovery import discover
-from pools.mcp_client import ServerUnreachable
+from pools.discovery import discover, list_all_tools
+from pools.mcp_client import ServerConfig, ServerUnreachable, open_session
 from pools.models import McpServer
 from tests.pools.conftest import tool
 
@@ -68,3 +69,26 @@ def test_the_operator_sees_each_servers_revision(spec, staff_client):
     for page in (reverse("dashboard:mcplets"), reverse("admin:pools_mcpserver_changelist")):
         html = staff_client.get(page).content.decode()
         assert "2025-11-25" in html and "2026-07-28" in html
+
+
+@pytest.mark.parametrize(("ttl_ms", "relisted"), [(60_000, False), (0, True)])
+def test_a_quiet_servers_list_is_taken_from_the_cache_while_its_ttl_lasts(spec, ttl_ms, relisted):
+    """Re-discovery of a quiet 2026-07-28 server (the watcher's check) asks for the list again
+    only once its `ttlMs` has run out. The server changes its tools without telling this
+    session (no subscription is open), so what comes back shows whether it was asked."""
+    crm = spec([tool("query_crm")])
+    crm.write([tool("query_crm")], list_ttl_ms=ttl_ms)
+    config = ServerConfig.of(crm.stdio(protocols="2026"))
+
+    async def listings():
+        async with open_session(config, timeout=10) as client:
+            first = await list_all_tools(client, cache_mode="use")
+            crm.write([tool("query_crm"), tool("query_hr")], list_ttl_ms=ttl_ms)
+            await anyio.sleep(0.5)  # the server reloads its spec within 0.1 s
+            quiet = await list_all_tools(client, cache_mode="use")
+            asked = await list_all_tools(client, cache_mode="refresh")
+            return [[t.name for t in tools] for tools in (first, quiet, asked)]
+
+    first, quiet, asked = anyio.run(listings)
+    assert first == ["query_crm"] and asked == ["query_crm", "query_hr"]
+    assert quiet == (asked if relisted else first)
