@@ -17,6 +17,7 @@ class HeldKind:
     approvable = True  # a person's approval moves it (a form is answered instead)
     carries_assertion = False  # a strict one takes its passkey assertion to the MCPlet
     may_run_again = False  # a person may run it again when its outcome is unknown
+    sends_again = False  # its call already reached the server, which asked a person first
     declined = {
         Ceremony.Status.REJECTED: "The approver rejected this; nothing ran.",
         Ceremony.Status.EXPIRED: "Nobody approved this in time; nothing ran.",

@@ -16,6 +16,7 @@ from mcplet_host import audit
 
 class InputForm(HeldKind):
     kind = Ceremony.Kind.INPUT_FORM
+    sends_again = True
     approvable = False  # answered, not approved
     declined = {
         Ceremony.Status.REJECTED: "The form was declined; the call was not sent again.",

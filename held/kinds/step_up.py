@@ -19,6 +19,7 @@ ACCEPTED = {"action": "accept"}
 
 class StepUp(HeldKind):
     kind = Ceremony.Kind.STEP_UP
+    sends_again = True
     # Its first call did run (and asked for the step): nothing *more* ran.
     declined = {
         Ceremony.Status.REJECTED: "The step was cancelled; the call was not sent again.",

@@ -114,6 +114,27 @@ def test_a_step_says_a_person_acts_on_the_servers_side(registry, monkeypatch):
     ]
 
 
+def test_a_form_before_the_answer_says_the_call_is_sent_again(registry, monkeypatch):
+    form = tool_call.open_call(
+        Ceremony.Kind.INPUT_FORM,
+        registry["server"].mcplets.get(name="query_crm"),
+        {"filter": "rain"},
+        Asker("planning-agent"),
+        prompt_message="Which region?",
+        enforcement=Ceremony.Enforcement.HOST_ONLY,
+    )
+    answer = {"status": "pending", "envelope": None, "ceremony": form.token}
+    monkeypatch.setattr(handoff, "call", lambda *args: answer)
+    out = run("--agent", "planning-agent", "--tool", "query_crm", "--args", '{"filter": "rain"}')
+    assert out.splitlines() == [
+        "The call is held for a form the server reference asks a person to fill in before "
+        f"query_crm answers, until {form.expires_at:%H:%M:%S} UTC. Once it is done, the host "
+        "sends the same call again, once.",
+        "reference says: Which region?",
+        f"Answer it (or decline) at {links.ceremony_url(form)}",
+    ]
+
+
 def test_a_host_that_fails_to_answer_is_said_so(registry, monkeypatch):
     def lost(*args):
         raise handoff.HandOffFailed("the host at http://localhost:8766 did not answer")

@@ -83,7 +83,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(pending))
             return
         then = ""
-        if ceremony.kind == Ceremony.Kind.STEP_UP:
+        if ceremony.rules.sends_again:
             then = " Once it is done, the host sends the same call again, once."
         message = f"\n{ceremony.server_name} says: {ceremony.prompt_message}"
         self.stdout.write(
