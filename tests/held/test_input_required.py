@@ -39,7 +39,9 @@ def audit_text():
     return json.dumps(list(AuditEvent.objects.values("details", "event_type")))
 
 
-def test_a_url_step_is_held_then_sent_again_once_with_the_state(bistro, calls, approver_client):
+def test_a_url_step_is_held_then_sent_again_once_with_the_state(
+    bistro, calls, approver_client, staff_client
+):
     outcome = book(bistro(SIGN_IN))
 
     assert outcome.status == "pending"
@@ -52,6 +54,8 @@ def test_a_url_step_is_held_then_sent_again_once_with_the_state(bistro, calls, a
     assert state  # kept sealed on the row, never shown
     page = approver_client.get(held.get_absolute_url()).content.decode()
     assert "book.bistro.example" in page and state not in page
+    admin = staff_client.get(f"/admin/held/ceremony/{held.pk}/change/")
+    assert admin.status_code == 200 and state not in admin.content.decode()
     with connection.cursor() as cursor:  # sealed at rest
         cursor.execute("SELECT input_round FROM passkey_ceremony WHERE id = %s", [held.pk])
         assert state not in cursor.fetchone()[0]
