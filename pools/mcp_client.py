@@ -277,11 +277,11 @@ def command_problem(command):
 
 
 def probe(config, timeout=10.0):
-    """Open a session (stdio: launch the server; then agree on a revision) and close it again;
-    raises ServerUnreachable with the reason when that fails."""
+    """Open a session (stdio: launch the server; then agree on a revision) and close it again:
+    the MCP revision agreed; raises ServerUnreachable with the reason when that fails."""
 
     async def negotiate():
-        async with open_session(config, timeout=timeout):
-            pass
+        async with open_session(config, timeout=timeout) as client:
+            return client.protocol_version
 
-    anyio.run(negotiate)
+    return anyio.run(negotiate)

@@ -72,7 +72,11 @@ def test_add_mcp_server_checks_that_a_url_answers_mcp(spec):
     server = spec([tool("query_crm")])
     with serve_http(server.path) as url:
         out, _ = run("add_mcp_server", "crm", "--url", url)
-        assert "which answers MCP" in out
+        assert "which answers MCP 2026-07-28" in out
+        assert McpServer.objects.get(name="crm").protocol_version == "2026-07-28"
+        command, args = stdio_params(server.path, protocols="2025")
+        old, _ = run("add_mcp_server", "hr", "--stdio", shlex.join([command, *args]))
+        assert "which answers MCP 2025-11-25" in old
         wrong = url.replace("/mcp", "/nope")
         with pytest.raises(CommandError) as refused:
             run("add_mcp_server", "erp", "--url", wrong)
@@ -81,7 +85,7 @@ def test_add_mcp_server_checks_that_a_url_answers_mcp(spec):
     down = f"http://127.0.0.1:{free_port()}/mcp"
     with pytest.raises(CommandError, match=f"down: {down}: ConnectError: Connection refused"):
         run("add_mcp_server", "down", "--url", down, "--timeout", "5")
-    assert list(McpServer.objects.values_list("name", flat=True)) == ["crm"]
+    assert list(McpServer.objects.values_list("name", flat=True)) == ["crm", "hr"]
 
 
 def test_add_mcp_server_checks_that_a_stdio_command_exists_and_starts():

@@ -56,9 +56,9 @@ class Command(BaseCommand):
             problems = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
             raise CommandError(problems) from None
         if check:
-            self._check(server, timeout)
+            server.protocol_version = self._check(server, timeout)
         server.save()
-        checked = ", which answers MCP" if check else ", not checked"
+        checked = f", which answers MCP {server.protocol_version}" if check else ", not checked"
         self.stdout.write(
             self.style.SUCCESS(
                 f"Registered {name} ({server.transport}: {server.endpoint}{checked})."
@@ -72,7 +72,7 @@ class Command(BaseCommand):
         ):
             raise CommandError(f"{server.name}: {problem}. Nothing was registered. {NOT_UP_YET}")
         try:
-            probe(ServerConfig.of(server), timeout=timeout)
+            return probe(ServerConfig.of(server), timeout=timeout)
         except ServerUnreachable as exc:
             raise CommandError(
                 f"{exc}\nNothing was registered: it does not answer MCP. {NOT_UP_YET}"
