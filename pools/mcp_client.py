@@ -5,6 +5,7 @@ and every manage.py command import the registry, and the SDK takes about a secon
 
 import functools
 import os
+import re
 import shlex
 import shutil
 import ssl
@@ -109,11 +110,26 @@ def _http_problem(url, responses, exc):
     if responses:
         response = responses[-1]
         if response.status_code >= 400:
-            return f"{url} answered HTTP {response.status_code} {response.reason_phrase}"
+            answered = f"{url} answered HTTP {response.status_code} {response.reason_phrase}"
+            return answered + _authorization_needed(response)
         kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
         if kind not in ("application/json", "text/event-stream"):
             return f"{url} answered HTTP {response.status_code} with {kind}: not an MCP endpoint"
     return f"{url}: {describe(exc)}"
+
+
+def _authorization_needed(response):
+    """What a 401 from a server behind OAuth (the MCP authorization spec: a Bearer challenge
+    naming its Protected Resource Metadata, RFC 9728) asks of the operator, or ""."""
+    challenge = response.headers.get("www-authenticate", "")
+    if response.status_code != 401 or not challenge.lower().startswith("bearer"):
+        return ""
+    found = re.search(r'resource_metadata="([!#-~]{1,500})"', challenge)  # printable only
+    where = f" (its Protected Resource Metadata: {found.group(1)})" if found else ""
+    return (
+        f": it is protected by OAuth{where}. Give the server a token it accepts as a header "
+        "(Authorization: Bearer …)"
+    )
 
 
 class ServerLog:
