@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from held.models import Ceremony
+from mcplet_host import audit
 from mcplet_host.celery import enqueue
 
 RESUME_TASK = "mcplet_host.resume_call"  # held.tasks.resume_call: held.lifecycle.resume
@@ -55,3 +56,26 @@ class HeldKind:
     def outcome(self, ceremony):
         """Its state as a person names it."""
         return ceremony.get_status_display()
+
+
+class SentAgain(HeldKind):
+    """A call whose server asked a person for something first (a step, a form): once it is
+    done, the same call goes to the server again, once — or, strict, is held again for a fresh
+    passkey approval (its first assertion was used once)."""
+
+    sends_again = True
+    retried_event = None  # the audit event of the retry
+
+    def before_run(self, ceremony):
+        from held.kinds import tool_call  # it builds on this module
+
+        if ceremony.enforcement == Ceremony.Enforcement.STRICT and ceremony.mcplet:
+            return tool_call.approve_again(ceremony)
+        ceremony.asker.record(
+            self.retried_event,
+            audit.PENDING,
+            {"ceremony": ceremony.token[:8], **ceremony.authority.audit_details()},
+            server=ceremony.server_name,
+            tool=ceremony.tool_name,
+        )
+        return None

@@ -9,14 +9,14 @@ a fresh passkey approval bound to the call."""
 from django.db import transaction
 
 from held.kinds import form, tool_call
-from held.kinds.base import HeldKind
+from held.kinds.base import SentAgain
 from held.models import Ceremony
 from mcplet_host import audit
 
 
-class InputForm(HeldKind):
+class InputForm(SentAgain):
     kind = Ceremony.Kind.INPUT_FORM
-    sends_again = True
+    retried_event = "mcplet.elicitation.retried"
     approvable = False  # answered, not approved
     declined = {
         Ceremony.Status.REJECTED: "The form was declined; the call was not sent again.",
@@ -28,18 +28,6 @@ class InputForm(HeldKind):
     def describe(self, ceremony):
         where = self.server_of(ceremony)
         return f"a form {where} asks a person to fill in before {ceremony.tool_name} answers"
-
-    def before_run(self, ceremony):
-        if ceremony.enforcement == Ceremony.Enforcement.STRICT and ceremony.mcplet:
-            return tool_call.approve_again(ceremony)
-        ceremony.asker.record(
-            "mcplet.elicitation.retried",
-            audit.PENDING,
-            {"ceremony": ceremony.token[:8], **ceremony.authority.audit_details()},
-            server=ceremony.server_name,
-            tool=ceremony.tool_name,
-        )
-        return None
 
     def answer(self, held, user, action, content):
         """In `form.answer`'s transaction, on the locked row: accepted, the answer joins what

@@ -9,7 +9,7 @@ once. A form asked in an `input_required` round is held on the form page (input_
 from django.db import transaction
 
 from held.kinds import input_form, tool_call
-from held.kinds.base import HeldKind
+from held.kinds.base import SentAgain
 from held.models import Ceremony
 from mcplet_host import audit
 from mcplet_host.gateway.envelopes import steps
@@ -17,9 +17,10 @@ from mcplet_host.gateway.envelopes import steps
 ACCEPTED = {"action": "accept"}
 
 
-class StepUp(HeldKind):
+class StepUp(SentAgain):
     kind = Ceremony.Kind.STEP_UP
-    sends_again = True
+    # The same call, the same arguments (PWMA's requestId with them), sent once more.
+    retried_event = "mcplet.stepup.retried"
     # Its first call did run (and asked for the step): nothing *more* ran.
     declined = {
         Ceremony.Status.REJECTED: "The step was cancelled; the call was not sent again.",
@@ -31,20 +32,6 @@ class StepUp(HeldKind):
     def describe(self, ceremony):
         where, tool = self.server_of(ceremony), ceremony.tool_name
         return f"a step a person must take on {where}'s side before {tool} is sent again"
-
-    def before_run(self, ceremony):
-        if ceremony.enforcement == Ceremony.Enforcement.STRICT and ceremony.mcplet:
-            return tool_call.approve_again(ceremony)
-        # The same call, the same arguments (PWMA's requestId with them), sent once more.
-        asker = ceremony.asker
-        asker.record(
-            "mcplet.stepup.retried",
-            audit.PENDING,
-            {"ceremony": ceremony.token[:8], **asker.authority.audit_details()},
-            server=ceremony.server_name,
-            tool=ceremony.tool_name,
-        )
-        return None
 
 
 def hold_if_asked(mcplet, arguments, answer, asker, enforcement=Ceremony.Enforcement.HOST_ONLY):

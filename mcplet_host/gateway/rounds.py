@@ -12,6 +12,7 @@ from mcplet_host.gateway.envelopes import MAX_ELICITATIONS, error_envelope, url_
 INPUT_REQUIRED = "X_INPUT_REQUIRED"  # a person's step or answer first (held)
 INPUT_UNSUPPORTED = "X_INPUT_UNSUPPORTED"  # asked for what no person here can give
 MAX_MESSAGE = 2000
+MAX_KEY = 200
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ def read(mcplet, result):
     steps, forms, refused = [], [], []
     for key, request in list(result.input_requests.items())[:MAX_ELICITATIONS]:
         params = request.params.model_dump(by_alias=True, exclude_none=True, mode="json")
-        if request.method != "elicitation/create":
+        if not 0 < len(key) <= MAX_KEY or storable.problem(key):  # kept on the row, and echoed
+            refused.append(f"a request key it cannot keep ({storable.printable(key)[:MAX_KEY]})")
+        elif request.method != "elicitation/create":
             refused.append(f"{request.method} ({key})")
         elif params.get("mode") == "url":
             step = url_step(params)

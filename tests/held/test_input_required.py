@@ -255,3 +255,13 @@ def test_a_strict_actions_step_is_approved_again_and_sent_with_its_state(
 def approve(client, ceremony, key):
     response = post_assertion(client, ceremony, sign(client, ceremony, key))
     assert response.status_code == 200, response.content
+
+
+def test_a_request_key_no_row_can_keep_is_refused_not_a_crash(bistro, calls):
+    hostile = {"\x00login": SIGN_IN["login"]}
+    outcome = book(bistro(hostile))
+    assert outcome.status == "executed"
+    error = outcome.envelope["error"]
+    assert error["code"] == "X_INPUT_UNSUPPORTED" and "\x00" not in error["message"]
+    assert len(sent(calls)) == 1 and not Ceremony.objects.exists()
+    assert AuditEvent.objects.filter(event_type="TOOL_EXECUTED", result="FAILURE").exists()
