@@ -64,6 +64,7 @@ def test_a_server_whose_tools_are_all_rejected_is_a_warning(page, live_server, s
         assert badge.evaluate("b => getComputedStyle(b).color") != "rgb(23, 128, 61)"  # not --ok
         expect(row).to_contain_text("all 2 tools rejected")
         expect(row).to_contain_text("it declares no _meta.mcpletType")
+        expect(row).to_contain_text("2026-07-28")  # the MCP revision agreed with it
     expect(row).to_contain_text("python -m mcplets.adapt --suggest -- COMMAND")
     row.get_by_role("link", name="Writing an MCPlet").click()
     expect(page.get_by_role("heading", name="When the host rejects a tool")).to_be_visible()
@@ -77,6 +78,7 @@ def test_a_server_whose_tools_are_all_rejected_is_a_warning(page, live_server, s
     expect(row).to_contain_text("Every tool it lists was rejected (2)")
     row.get_by_role("link", name="plain").click()
     expect(page.locator(".field-status_badge")).to_contain_text(warning)
+    expect(page.locator(".field-protocol_version")).to_contain_text("2026-07-28")
     rejections = page.locator(".field-rejections")
     expect(rejections).to_contain_text("it declares no _meta.mcpletType")
     expect(rejections).to_contain_text("put the MCPlet adapter in front of it")
