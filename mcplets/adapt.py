@@ -10,6 +10,7 @@ the host for a stdio server it launches; the upstream never sees either).
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from mcplets.adapter.server import (
     Adapter,
     Upstream,
     UpstreamGone,
+    first_cause,
     list_upstream_tools,
     log_to_stderr,
     upstream_session,
@@ -74,14 +76,19 @@ def main(argv=None):
         config = load_config(args.config)
     except ConfigError as exc:
         sys.exit(f"mcplets.adapt: {exc}")
+    stdio = args.transport == "stdio"
     try:
-        adapter = Adapter(config, args.upstream)
+        adapter = Adapter(config, args.upstream, on_gone=_end_now if stdio else None)
         anyio.run(serve, adapter.server, args.transport, args.host, args.port)
     except* UpstreamGone as gone:
-        reason = gone
-        while isinstance(reason, BaseExceptionGroup):  # the server's task groups nest it
-            reason = reason.exceptions[0]
-        sys.exit(f"mcplets.adapt: {reason}")
+        sys.exit(f"mcplets.adapt: {first_cause(gone)}")
+
+
+def _end_now(gone: UpstreamGone) -> None:
+    print(f"mcplets.adapt: {gone}", file=sys.stderr, flush=True)
+    # The SDK's stdio server reads stdin in a worker thread that nothing can cancel: it
+    # would unwind only at the client's next line, and a client awaiting an answer has none.
+    os._exit(1)
 
 
 if __name__ == "__main__":

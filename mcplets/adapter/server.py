@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,9 +128,15 @@ class Published:
 class Adapter:
     """The adapter's MCP server (`self.server`), its upstream session and published tools."""
 
-    def __init__(self, config: AdapterConfig, upstream: Upstream) -> None:
+    def __init__(
+        self,
+        config: AdapterConfig,
+        upstream: Upstream,
+        on_gone: Callable[[UpstreamGone], None] | None = None,
+    ) -> None:
         self.config = config
         self.upstream = upstream
+        self.on_gone = on_gone  # told before the server unwinds (which stdio cannot promptly)
         self.published: dict[str, Published] = {}
         self.session: ClientSession | None = None
         self.server = ToolsChangedServer(
@@ -180,19 +186,25 @@ class Adapter:
             if isinstance(message, types.ToolListChangedNotification):
                 changed()
 
-        async with (
-            upstream_session(self.upstream, on_message) as session,
-            anyio.create_task_group() as tg,
-        ):
-            self.session = session
-            logger.info("publishing %s from %s", ", ".join(await self.refresh()), self.upstream)
-            tools = session.server_capabilities.tools
-            if _modern(session) and tools is not None and tools.list_changed:
-                tg.start_soon(self._listen, changed)
-            tg.start_soon(self._follow, receive)
-            tg.start_soon(self._watch)
-            yield {}
-            tg.cancel_scope.cancel()
+        try:
+            async with (
+                upstream_session(self.upstream, on_message) as session,
+                anyio.create_task_group() as tg,
+            ):
+                self.session = session
+                published = ", ".join(await self.refresh())
+                logger.info("publishing %s from %s", published, self.upstream)
+                tools = session.server_capabilities.tools
+                if _modern(session) and tools is not None and tools.list_changed:
+                    tg.start_soon(self._listen, changed)
+                tg.start_soon(self._follow, receive)
+                tg.start_soon(self._watch)
+                yield {}
+                tg.cancel_scope.cancel()
+        except* UpstreamGone as gone:
+            if self.on_gone is not None:
+                self.on_gone(first_cause(gone))
+            raise
 
     async def _listen(self, changed) -> None:
         """2026-07-28 servers send list changes on a subscription stream, not to the session.
@@ -204,8 +216,9 @@ class Adapter:
                     changed()
                     async for _ in events:
                         changed()
-            except SubscriptionLost as lost:
-                cause = lost.__cause__
+            except (SubscriptionLost, MCPError) as lost:
+                # Lost before its acknowledgement, the stream raises the bare MCPError.
+                cause = lost if isinstance(lost, MCPError) else lost.__cause__
                 if isinstance(cause, MCPError) and cause.code == types.CONNECTION_CLOSED:
                     # Said here rather than left to `_watch`: over HTTP its next request to a
                     # dead server would fail the whole client with a transport error instead.
@@ -382,6 +395,13 @@ class Adapter:
                 types.TextResourceContents(uri=params.uri, mime_type="application/json", text=text)
             ]
         )
+
+
+def first_cause(error: BaseException) -> BaseException:
+    """The exception inside task groups' nested groups."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 def _modern(session: ClientSession) -> bool:
