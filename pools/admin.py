@@ -4,9 +4,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from pools.discovery import discover
-from pools.forms import McpServerForm
+from pools.forms import McpServerForm, SecretMappingField
 from pools.mcp_client import ServerUnreachable
 from pools.models import Mcplet, McpServer, Pool
+from pools.oauth import admin as oauth_admin
 
 
 @admin.register(Pool)
@@ -68,10 +69,11 @@ class McpServerAdmin(admin.ModelAdmin):
         "enabled",
         "status_badge",
         "protocol_version",
+        "oauth_state",
         "last_discovery_at",
         "problem",
     ]
-    list_filter = ["transport", "enabled", "status", "protocol_version"]
+    list_filter = ["transport", "enabled", "status", "protocol_version", "auth"]
     search_fields = ["name", "url", "command"]
     readonly_fields = [
         "status_badge",
@@ -87,6 +89,19 @@ class McpServerAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "transport", "enabled"]}),
         ("stdio", {"fields": ["command", "args_line", "env"]}),
         ("streamable HTTP", {"fields": ["url", "headers"]}),
+        (
+            "Authentication (streamable HTTP)",
+            {
+                "fields": [
+                    "auth",
+                    "oauth_connection",
+                    "oauth_client_id",
+                    "oauth_client_secret",
+                    "oauth_scope",
+                    "oauth_issuer",
+                ]
+            },
+        ),
         (
             "State (MGP §11.2 lifecycle)",
             {"fields": readonly_fields},
@@ -108,6 +123,45 @@ class McpServerAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).with_tool_counts()
+
+    # What a user who may only view reads instead of the sealed values.
+    MASKED = {"env": "env_masked", "headers": "headers_masked", "oauth_client_secret": "secret_set"}
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if self.has_change_permission(request, obj):
+            return fieldsets
+        return [
+            (name, {**options, "fields": [self.MASKED.get(f, f) for f in options["fields"]]})
+            for name, options in fieldsets
+        ]
+
+    @admin.display(description="env")
+    def env_masked(self, obj):
+        return SecretMappingField("=").masked(obj.env or {}) or "—"
+
+    @admin.display(description="headers")
+    def headers_masked(self, obj):
+        return SecretMappingField(":").masked(obj.headers or {}) or "—"
+
+    @admin.display(description="OAuth client secret")
+    def secret_set(self, obj):
+        return "set (never shown)" if obj.oauth_client_secret else "—"
+
+    def get_urls(self):
+        return oauth_admin.urls(self) + super().get_urls()
+
+    def get_readonly_fields(self, request, obj=None):
+        masked = [] if self.has_change_permission(request, obj) else list(self.MASKED.values())
+        return [*super().get_readonly_fields(request, obj), "oauth_connection", *masked]
+
+    @admin.display(description="OAuth connection")
+    def oauth_connection(self, obj):
+        return oauth_admin.summary(obj)
+
+    @admin.display(description="OAuth")
+    def oauth_state(self, obj):
+        return obj.oauth_state or "—"
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):

@@ -6,6 +6,7 @@ SECRET_KEY_FALLBACKS; the next save seals them under the new one."""
 import base64
 import functools
 import json
+import re
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
@@ -15,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
 PURPOSE = b"mcplet-host: MCP server credentials"
+SEALED = re.compile(r"gAAAAA[A-Za-z0-9_-]{80,}={0,2}")  # a Fernet token (version 0x80)
 
 
 @functools.lru_cache(maxsize=4)
@@ -45,13 +47,16 @@ def unseal(token):
 
 
 class SealedJSONField(models.TextField):
-    """A JSON value (here a name → secret mapping) stored sealed; Python code sees the value."""
+    """A JSON value (a name → secret mapping, a client secret) stored sealed; Python code sees
+    the value."""
 
     def from_db_value(self, value, expression, connection):
         return None if value is None else unseal(value)
 
     def to_python(self, value):
-        return unseal(value) if isinstance(value, str) else value
+        # A string is sealed (from a dump), or a plain string value (a client secret a form
+        # gave): only the former has a token's shape.
+        return unseal(value) if isinstance(value, str) and SEALED.fullmatch(value) else value
 
     def get_prep_value(self, value):
         return None if value is None else seal(value)

@@ -85,15 +85,39 @@ class McpServerForm(forms.ModelForm):
         help_text="http: one Header: value per line. Saved secrets are never shown again.",
     )
 
+    oauth_client_secret = forms.CharField(
+        label="OAuth client secret",
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Stored sealed and never shown again: leave empty to keep the saved one.",
+    )
+
     class Meta:
         model = McpServer
-        fields = ["name", "transport", "command", "args_line", "env", "url", "headers", "enabled"]
+        fields = [
+            "name",
+            "transport",
+            "command",
+            "args_line",
+            "env",
+            "url",
+            "headers",
+            "auth",
+            "oauth_client_id",
+            "oauth_client_secret",
+            "oauth_scope",
+            "oauth_issuer",
+            "enabled",
+        ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.initial["args_line"] = shlex.join(self.instance.args or [])
         self.initial["env"] = self.fields["env"].masked(self.instance.env or {})
         self.initial["headers"] = self.fields["headers"].masked(self.instance.headers or {})
+        if "auth" in self.fields:  # not for a user who may only view
+            self.fields["auth"].required = False
 
     def clean_args_line(self):
         try:
@@ -108,6 +132,13 @@ class McpServerForm(forms.ModelForm):
         return self.fields["headers"].parse(
             self.cleaned_data["headers"], self.instance.headers or {}
         )
+
+    def clean_auth(self):
+        # A form posted by a script that predates the choice means what it meant: no OAuth.
+        return self.cleaned_data.get("auth") or McpServer.Auth.NONE
+
+    def clean_oauth_client_secret(self):
+        return self.cleaned_data["oauth_client_secret"] or self.instance.oauth_client_secret or ""
 
     def clean(self):
         cleaned = super().clean()

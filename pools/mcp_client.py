@@ -36,6 +36,9 @@ class ServerConfig:
     env: tuple = field(default=(), repr=False)
     url: str = ""
     headers: tuple = field(default=(), repr=False)
+    auth: str = "none"
+    # Client credentials: (client id, secret, scopes, issuer).
+    credentials: tuple = field(default=(), repr=False)
 
     @classmethod
     def of(cls, server):
@@ -54,6 +57,15 @@ class ServerConfig:
             env=tuple(sorted(env.items())),
             url=server.url,
             headers=tuple(sorted((server.headers or {}).items())),
+            auth=server.auth,
+            credentials=(
+                server.oauth_client_id,
+                server.oauth_client_secret,
+                server.oauth_scope,
+                server.oauth_issuer,
+            )
+            if server.auth == server.Auth.CLIENT_CREDENTIALS
+            else (),
         )
 
 
@@ -127,8 +139,9 @@ def _authorization_needed(response):
     found = re.search(r'resource_metadata="([!#-~]{1,500})"', challenge)  # printable only
     where = f" (its Protected Resource Metadata: {found.group(1)})" if found else ""
     return (
-        f": it is protected by OAuth{where}. Give the server a token it accepts as a header "
-        "(Authorization: Bearer …)"
+        f": it is protected by OAuth{where}. Choose OAuth as its authentication and connect it "
+        "in admin (MCP servers → the server → Connect…), or give it a token it accepts as a "
+        "header (Authorization: Bearer …)"
     )
 
 
@@ -216,13 +229,19 @@ def _version_problem(config, supported, exc):
 
 @asynccontextmanager
 async def open_session(
-    config, *, timeout=30.0, message_handler=None, elicitation_callback=decline_elicitation
+    config,
+    *,
+    timeout=30.0,
+    message_handler=None,
+    elicitation_callback=decline_elicitation,
+    auth=None,
 ):
     """A connected `mcp.Client` to the server, at the newest MCP revision both speak: the SDK
     probes `server/discover` (2026-07-28) and falls back to the `initialize` handshake
     (2025-11-25 and older); `client.protocol_version` says which. ServerUnreachable if it
     cannot be opened, naming the server's versions when none is shared. The client's response
-    cache honours the list results' `ttlMs` (the SDK's default)."""
+    cache honours the list results' `ttlMs` (the SDK's default). `auth`: an httpx auth to use
+    instead of the server's own (the OAuth connect flow's)."""
     import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
@@ -244,6 +263,7 @@ async def open_session(
                 transport = stdio_client(params, errlog)
             else:
                 client = httpx2.AsyncClient(
+                    auth=auth or http_auth(config),
                     headers=dict(config.headers),
                     timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
                     verify=_ssl_context(),
@@ -270,7 +290,7 @@ async def open_session(
         # Transport failures surface when its task group exits, so this wraps the whole block.
         # Once the session was handed out, the caller's own error passes through, out of the
         # exception group the transport's task group put it in.
-        if opened:
+        if opened or isinstance(first_leaf(exc), ServerUnreachable):
             raise first_leaf(exc)  # noqa: B904 (the group stays attached as __context__)
         if (supported := unsupported(exc)) is not None:
             message = _version_problem(config, supported, exc)
@@ -281,6 +301,51 @@ async def open_session(
         if log is not None and (tail := log.tail()):
             message += f"\nIts stderr ({log.path}) ends with:\n{tail}"
         raise ServerUnreachable(message) from exc
+
+
+def http_auth(config):
+    """The httpx auth for a server behind OAuth (None for the others): the grant an operator
+    connected, or the SDK's client-credentials provider (its tokens kept per process)."""
+    if config.auth == "oauth":
+        from pools.oauth.grant_auth import GrantAuth
+
+        return GrantAuth(config.id)
+    if config.auth == "client_credentials":
+        from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+        client_id, secret, scope, issuer = config.credentials
+        return ClientCredentialsOAuthProvider(
+            config.url,
+            _credentials_storage(config),
+            client_id=client_id,
+            client_secret=secret,
+            scope=scope or None,
+            issuer=issuer,
+        )
+    return None
+
+
+@functools.cache
+def _credentials_storage(config):
+    """One token store per server configuration and process: a session reuses the token the
+    last one got until it expires (an edited server is a new configuration)."""
+
+    class Storage:
+        tokens = client_info = None
+
+        async def get_tokens(self):
+            return self.tokens
+
+        async def set_tokens(self, tokens):
+            self.tokens = tokens
+
+        async def get_client_info(self):
+            return self.client_info
+
+        async def set_client_info(self, client_info):
+            self.client_info = client_info
+
+    return Storage()
 
 
 def command_problem(command):

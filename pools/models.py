@@ -157,7 +157,7 @@ def _urls_in(value):
 class McpServerQuerySet(models.QuerySet):
     def with_tool_counts(self):
         """Each server with `accepted_count` and `rejected_count`, for its state in lists."""
-        return self.annotate(
+        return self.select_related("oauth_grant").annotate(
             accepted_count=Count("mcplets", filter=Q(mcplets__status=Mcplet.Status.ACCEPTED)),
             rejected_count=Count("mcplets", filter=Q(mcplets__status=Mcplet.Status.REJECTED)),
         )
@@ -188,6 +188,14 @@ class McpServer(models.Model):
     class Transport(models.TextChoices):
         STDIO = "stdio", "stdio (the host launches the command)"
         HTTP = "http", "streamable HTTP"
+
+    class Auth(models.TextChoices):
+        NONE = "none", "none"
+        HEADERS = "headers", "static headers (e.g. Authorization: Bearer …)"
+        OAUTH = "oauth", "OAuth: authorization code, connected by an operator"
+        CLIENT_CREDENTIALS = "client_credentials", "OAuth: client credentials"
+
+    OAUTH_KINDS = (Auth.OAUTH, Auth.CLIENT_CREDENTIALS)
 
     class Status(models.TextChoices):
         REGISTERED = "registered"
@@ -222,6 +230,38 @@ class McpServer(models.Model):
         blank=True,
         help_text="http: request headers, e.g. Authorization (secret: stored sealed).",
     )
+    auth = models.CharField(
+        "authentication",
+        max_length=20,
+        choices=Auth.choices,
+        default=Auth.NONE,
+        help_text="http: how the host proves itself to the server. OAuth: an operator connects "
+        "it once (Connect… on this page); client credentials: the host gets its own tokens.",
+    )
+    oauth_client_id = models.CharField(
+        "OAuth client ID",
+        max_length=500,
+        blank=True,
+        help_text="Client credentials: required. Authorization code: only when the "
+        "authorization server supports neither client metadata documents nor registration.",
+    )
+    oauth_client_secret = SealedJSONField(
+        "OAuth client secret", default="", blank=True, help_text="Stored sealed."
+    )
+    oauth_scope = models.CharField(
+        "OAuth scopes",
+        max_length=500,
+        blank=True,
+        help_text="Space-separated; empty: what the server's metadata asks for.",
+    )
+    oauth_issuer = models.CharField(
+        "OAuth issuer",
+        max_length=500,
+        blank=True,
+        validators=[validate_http_url],
+        help_text="Client credentials: the authorization server the credentials belong to; "
+        "they are sent nowhere else.",
+    )
     enabled = models.BooleanField(default=True)
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.REGISTERED, editable=False
@@ -254,12 +294,39 @@ class McpServer(models.Model):
             raise ValidationError({"url": "A streamable HTTP server needs its URL."})
         if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
             raise ValidationError({"args": "Give a JSON list of strings."})
+        if self.auth in self.OAUTH_KINDS:
+            self._clean_oauth()
         for field in ("env", "headers"):
             value = getattr(self, field)
             if not isinstance(value, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in value.items()
             ):
                 raise ValidationError({field: "Give names and string values."})
+
+    def _clean_oauth(self):
+        if self.transport != self.Transport.HTTP:
+            raise ValidationError({"auth": "OAuth is for streamable HTTP servers."})
+        if any(name.lower() == "authorization" for name in self.headers or {}):
+            raise ValidationError(
+                {"headers": "With OAuth the host sends its own Authorization header: remove it."}
+            )
+        if self.auth == self.Auth.CLIENT_CREDENTIALS:
+            missing = {
+                "oauth_client_id": "Client credentials need the client ID.",
+                "oauth_client_secret": "Client credentials need the client secret.",
+                "oauth_issuer": "Name the authorization server the credentials belong to.",
+            }
+            for name, message in missing.items():
+                if not getattr(self, name):
+                    raise ValidationError({name: message})
+
+    @property
+    def oauth_state(self):
+        """For lists: "" (no OAuth), "not connected", "connected" or "needs reconnecting"."""
+        if self.auth != self.Auth.OAUTH:
+            return ""
+        grant = getattr(self, "oauth_grant", None)
+        return "not connected" if grant is None else grant.get_status_display()
 
     @property
     def endpoint(self):
@@ -404,3 +471,6 @@ class Mcplet(models.Model):
     def needs_approval(self):
         """Spec §4, §6.7: an action, or any tool declaring auth, waits for a person."""
         return self.mcplet_type == self.Type.ACTION or bool(self.auth_required)
+
+
+from pools.oauth.models import OAuthGrant  # noqa: E402, F401 (the app's models)

@@ -11,9 +11,11 @@ import threading
 from contextlib import suppress
 
 from django.db import connections
+from django.utils import timezone
 
 from mcplet_host.celery import enqueue
 from pools.mcp_client import OutcomeUnknown, describe, open_session
+from pools.oauth import tokens
 
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
 ELICITATION_COMPLETE_TASK = "mcplet_host.elicitation_complete"
@@ -39,6 +41,13 @@ def _refuse(askers, reason):
             asker.refuse(reason)
     finally:
         connections.close_all()
+
+
+async def _unless_refused(config, started):
+    """A call whose server refused the host's OAuth grant did not run: say why, as
+    unreachable, rather than leave it outcome-unknown."""
+    if config.auth == "oauth" and (reason := await tokens.refused_since(config.id, started)):
+        raise tokens.NotConnected(reason)
 
 
 class _Call:
@@ -186,6 +195,9 @@ class SessionPool:
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         held, client = await self._session(config, timeout)
+        started = timezone.now()
+        if config.auth == "oauth":
+            await tokens.ensure(config.id)
         call = _Call(asker)
         held.calls.add(call)
         # The SDK's own timeout allows for a person's answer; `run` keeps the call's to `timeout`.
@@ -216,11 +228,13 @@ class SessionPool:
             if exc.code != CONNECTION_CLOSED:
                 raise  # the server answered with a JSON-RPC error: the session is fine
             await self._drop(config)
+            await _unless_refused(config, started)
             raise OutcomeUnknown(
                 f"{config.name}: the connection closed (the outcome is unknown)"
             ) from exc
         except Exception as exc:
             await self._drop(config)
+            await _unless_refused(config, started)
             raise OutcomeUnknown(
                 f"{config.name}: {describe(exc)} (the outcome is unknown)"
             ) from exc

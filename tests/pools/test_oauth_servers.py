@@ -26,8 +26,9 @@ def test_a_server_behind_oauth_says_so_and_a_token_it_accepts_connects_it(tmp_pa
         metadata = f"{base}/.well-known/oauth-protected-resource/mcp"
         assert str(refused.value) == (
             f"tracker: {base}/mcp answered HTTP 401 Unauthorized: it is protected by OAuth (its "
-            f"Protected Resource Metadata: {metadata}). Give the server a token it accepts as a "
-            "header (Authorization: Bearer …)"
+            f"Protected Resource Metadata: {metadata}). Choose OAuth as its authentication and "
+            "connect it in admin (MCP servers → the server → Connect…), or give it a token it "
+            "accepts as a header (Authorization: Bearer …)"
         )
 
         storage = MemoryStorage()

@@ -137,3 +137,56 @@ def test_a_stdio_server_is_launched_with_the_hosts_verify_url(settings):
     assert dict(ServerConfig.of(stdio).env) == stdio.env
     http = McpServer(name="remote", transport="http", url="http://mcplets:9102/mcp")
     assert ServerConfig.of(http).env == ()  # its own environment has it (docker compose)
+
+
+def test_a_user_who_may_only_view_reads_no_secret(client, server, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    server.env = {"API_KEY": "env-s3cr3t"}
+    server.auth, server.oauth_client_id = McpServer.Auth.CLIENT_CREDENTIALS, "host"
+    server.oauth_client_secret, server.oauth_issuer = "client-s3cr3t", "http://localhost:9001"
+    server.headers = {"X-Tenant": "7", "X-Api-Key": "header-s3cr3t"}
+    server.save()
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_mcpserver"))
+    client.force_login(viewer)
+    page = client.get(f"/admin/pools/mcpserver/{server.pk}/change/")
+    assert page.status_code == 200
+    assert b"s3cr3t" not in page.content
+    text = html.unescape(page.content.decode())
+    assert f"X-Api-Key: {MASK}" in text and "set (never shown)" in text
+
+
+def test_the_client_secret_is_kept_when_left_empty_and_never_shown(staff_client, server):
+    url = f"/admin/pools/mcpserver/{server.pk}/change/"
+    credentials = {
+        "headers": "",
+        "auth": "client_credentials",
+        "oauth_client_id": "host",
+        "oauth_issuer": "http://localhost:9001",
+    }
+    refused = staff_client.post(url, form(**credentials))
+    assert b"Client credentials need the client secret." in refused.content
+    assert (
+        staff_client.post(url, form(**credentials, oauth_client_secret="cs-s3cr3t")).status_code
+        == 302
+    )
+    assert staff_client.post(url, form(**credentials, oauth_scope="read")).status_code == 302
+    server.refresh_from_db()
+    assert (server.oauth_client_secret, server.oauth_scope) == ("cs-s3cr3t", "read")
+    assert b"s3cr3t" not in staff_client.get(url).content
+    assert ServerConfig.of(server).credentials == (
+        "host",
+        "cs-s3cr3t",
+        "read",
+        "http://localhost:9001",
+    )
+
+
+def test_oauth_is_for_http_servers_and_brings_its_own_authorization_header(staff_client, server):
+    url = f"/admin/pools/mcpserver/{server.pk}/change/"
+    refused = staff_client.post(url, form(auth="oauth"))  # the form keeps its Authorization
+    assert b"With OAuth the host sends its own Authorization header" in refused.content
+    assert staff_client.post(url, form(auth="oauth", headers="X-Tenant: 7")).status_code == 302
+    server.refresh_from_db()
+    assert server.oauth_state == "not connected"

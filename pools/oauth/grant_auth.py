@@ -1,0 +1,25 @@
+"""The httpx auth of a server an operator connected with OAuth (its own module: httpx loads
+with the first session, not with every process that imports the token rules)."""
+
+import asyncio
+
+import httpx2
+
+from pools.oauth.tokens import in_thread
+
+
+class GrantAuth(httpx2.Auth):
+    """httpx auth sending the grant's bearer token; on a 401 (revoked, or refreshed by another
+    worker after this one read it) it tries once more with the token got again."""
+
+    def __init__(self, server_id):
+        self.server_id = server_id
+
+    async def async_auth_flow(self, request):
+        token = await asyncio.to_thread(in_thread, self.server_id, "")
+        request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code == 401:
+            token = await asyncio.to_thread(in_thread, self.server_id, token)
+            request.headers["Authorization"] = f"Bearer {token}"
+            yield request
