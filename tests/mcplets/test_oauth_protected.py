@@ -71,7 +71,10 @@ class Browser:
             response = await http.get(authorization_url)
         assert response.status_code == 302, response.text
         query = parse_qs(urlparse(response.headers["location"]).query)
-        self.result = AuthorizationCodeResult(code=query["code"][0], state=query["state"][0])
+        # The RFC 9207 issuer too, as a real callback would: the SDK client checks it.
+        self.result = AuthorizationCodeResult(
+            code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0]
+        )
 
     async def callback(self) -> AuthorizationCodeResult:
         assert self.result is not None
@@ -110,6 +113,10 @@ async def test_no_token_is_refused_with_where_to_find_the_authorization_server(b
         asm = (await http.get(f"{base}/.well-known/oauth-authorization-server")).json()
     assert asm["issuer"] == base
     assert asm["code_challenge_methods_supported"] == ["S256"]
+    assert asm["authorization_response_iss_parameter_supported"] is True  # RFC 9207
+    # No pre-registered client, no client credentials grant; no metadata documents either.
+    assert asm["grant_types_supported"] == ["authorization_code", "refresh_token"]
+    assert "client_id_metadata_document_supported" not in asm
     for endpoint in ("authorization", "token", "registration", "revocation"):
         assert asm[f"{endpoint}_endpoint"].startswith(base)
 
