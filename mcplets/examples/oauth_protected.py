@@ -24,7 +24,8 @@ metadata says `authorization_response_iss_parameter_supported: true`. The option
   token. `client_credentials` is then in `grant_types_supported`. (Not `private_key_jwt`.)
 - `--scopes "a b"`: `scopes_supported` of both metadata documents and the scopes a client
   gets when it asks for none. Every client may ask for any scope the server grants (these and
-  `--required-scope`); without `--scopes` any scope asked for is granted.
+  `--required-scope`); with neither, a registered client may ask for the scopes it registered
+  with, a pre-registered one for any.
 - `--required-scope X`: a `tools/call` of `whoami` with a token lacking X is answered HTTP 403,
   `WWW-Authenticate: Bearer error="insufficient_scope", scope="X", resource_metadata=...`.
   X is in the authorization server's `scopes_supported`, not the PRM's, so a client that asks

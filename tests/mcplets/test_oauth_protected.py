@@ -82,13 +82,17 @@ class Browser:
 
 
 @asynccontextmanager
-async def connect(base: str, storage: MemoryStorage, browser: Browser) -> AsyncIterator[Client]:
+async def connect(
+    base: str, storage: MemoryStorage, browser: Browser, client_metadata_url: str | None = None
+) -> AsyncIterator[Client]:
+    """The SDK's client, registering itself (or identified by its metadata document's URL)."""
     auth = OAuthClientProvider(
         server_url=f"{base}/mcp",
         client_metadata=OAuthClientMetadata(client_name="oauth-test", redirect_uris=[REDIRECT_URI]),
         storage=storage,
         redirect_handler=browser.redirect,
         callback_handler=browser.callback,
+        client_metadata_url=client_metadata_url,
     )
     async with (
         httpx2.AsyncClient(auth=auth) as http,
