@@ -140,3 +140,19 @@ def test_a_stdio_upstream_never_sees_the_oauth_client(tmp_path):
     text = seen.read_text()
     assert "MCPLET_ADAPTER_CLIENT_ID" not in text
     assert SECRET not in text and "MCPLET_ADAPTER_CLIENT_SECRET" not in text
+
+
+def test_an_expired_token_is_replaced(tmp_path):
+    calls = Calls(tmp_path / "calls.jsonl")
+    config = write_config(tmp_path / "adapter.json", {"whoami": READ})
+    with serve(calls_log=calls.path, clients={"the-adapter": SECRET}, token_ttl=2) as base:
+
+        async def scenario():
+            async with Client(adapter(config, base, credentials(base))) as client:
+                await client.call_tool("whoami", {"echo": "first"})
+                await anyio.sleep(3.2)  # past the server's expiry, a second after the client's
+                return await client.call_tool("whoami", {"echo": "second"})
+
+        second = anyio.run(scenario)
+    assert second.structured_content["result"]["result"]["subject"] == "the-adapter"
+    assert [c["arguments"]["echo"] for c in calls()] == ["first", "second"]
