@@ -1,8 +1,9 @@
 """An MCPlet behind OAuth 2.1: a test server for remote MCP servers that need a token.
 
     python -m mcplets.examples.oauth_protected [--port 8768] [--token-ttl 300]
-        [--calls-log calls.jsonl] [--client ID:SECRET ...] [--scopes "a b"]
-        [--required-scope X] [--wrong-iss] [--testing-routes] [--cimd [--cimd-ca CA.pem]]
+        [--calls-log calls.jsonl] [--client ID:SECRET ...] [--jwt-client ID:KEY.pem ...]
+        [--scopes "a b"] [--required-scope X] [--wrong-iss] [--testing-routes]
+        [--cimd [--cimd-ca CA.pem]]
 
 One streamable-HTTP process is both the resource server and its authorization server, built on
 the SDK's server-side auth: `/mcp` (one `whoami` tool) answers 401 with
@@ -21,7 +22,10 @@ metadata says `authorization_response_iss_parameter_supported: true`. The option
   `grant_type=client_credentials` at `/token`, authenticated by client_secret_basic or
   client_secret_post; its token's subject is its id, its scopes the ones it asked for (else
   the `--scopes`), its resource the one it named (another one: `invalid_target`); no refresh
-  token. `client_credentials` is then in `grant_types_supported`. (Not `private_key_jwt`.)
+  token. `client_credentials` is then in `grant_types_supported`.
+- `--jwt-client ID:KEY.pem` (repeatable): the same for a client authenticated by
+  `private_key_jwt` (RFC 7523 §2.2): an assertion signed (ES256 or RS256) with the private key
+  of this public one, `iss` and `sub` its id, `aud` the issuer (or `/token`), used once.
 - `--scopes "a b"`: `scopes_supported` of both metadata documents and the scopes a client
   gets when it asks for none. Every client may ask for any scope the server grants (these and
   `--required-scope`); with neither, a registered client may ask for the scopes it registered
@@ -41,8 +45,8 @@ metadata says `authorization_response_iss_parameter_supported: true`. The option
   trust for that fetch (tests serve the document with a certificate of their own).
 
 `serve` runs it in a child process for tests and yields its base URL; its keyword arguments
-are the options above (`clients={"id": "secret"}`, `scopes="a b"`, `required_scope`,
-`wrong_iss`, `testing_routes`, `cimd`, `cimd_ca`).
+are the options above (`clients={"id": "secret"}`, `jwt_clients={"id": Path("key.pem")}`,
+`scopes="a b"`, `required_scope`, `wrong_iss`, `testing_routes`, `cimd`, `cimd_ca`).
 """
 
 from __future__ import annotations
@@ -115,6 +119,10 @@ def main(argv: list[str] | None = None) -> None:
         "--client", type=client_pair, action="append", default=[], metavar="ID:SECRET",
         help="a pre-registered confidential client for the client credentials grant",
     )  # fmt: skip
+    parser.add_argument(
+        "--jwt-client", type=client_pair, action="append", default=[], metavar="ID:KEY.pem",
+        help="the same, authenticated by private_key_jwt with this public key",
+    )  # fmt: skip
     parser.add_argument("--scopes", default="", help="the scopes advertised, space-separated")
     parser.add_argument("--required-scope", help="the scope whoami needs (else: 403)")
     parser.add_argument("--wrong-iss", action="store_true", help="redirect with another iss")
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         resource=f"{base_url}/mcp",
         token_ttl=args.token_ttl,
         clients=dict(args.client),
+        jwt_clients=dict(args.jwt_client),
         scopes=tuple(args.scopes.split()),
         required_scope=args.required_scope,
         wrong_iss=args.wrong_iss,
@@ -146,6 +155,7 @@ def serve(
     timeout: float = 20,
     *,
     clients: Mapping[str, str] | None = None,
+    jwt_clients: Mapping[str, Path] | None = None,
     scopes: str | Sequence[str] = (),
     required_scope: str | None = None,
     wrong_iss: bool = False,
@@ -163,6 +173,8 @@ def serve(
         command += ["--calls-log", str(Path(calls_log).resolve())]
     for client_id, secret in (clients or {}).items():
         command += ["--client", f"{client_id}:{secret}"]
+    for client_id, key in (jwt_clients or {}).items():
+        command += ["--jwt-client", f"{client_id}:{Path(key).resolve()}"]
     scopes = scopes.split() if isinstance(scopes, str) else list(scopes)
     if scopes:
         command += ["--scopes", " ".join(scopes)]

@@ -12,8 +12,10 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
+import jwt
 from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
@@ -29,6 +31,7 @@ from pydantic import ValidationError
 logger = logging.getLogger(__name__)
 
 CODE_TTL = 300  # seconds an authorization code may wait for its exchange
+JWT_ALGORITHMS = ["ES256", "RS256"]
 # CIMD documents must not name a shared-secret method: the client is public.
 SECRET_METHODS = {"client_secret_post", "client_secret_basic", "client_secret_jwt"}
 
@@ -41,6 +44,7 @@ class Settings:
     resource: str
     token_ttl: int = 300
     clients: Mapping[str, str] = field(default_factory=dict)  # client id -> secret
+    jwt_clients: Mapping[str, str] = field(default_factory=dict)  # client id -> public key file
     scopes: tuple[str, ...] = ()
     required_scope: str | None = None
     wrong_iss: bool = False
@@ -72,6 +76,11 @@ class MemoryAuthorizationServer(
         self.access_tokens: dict[str, AccessToken] = {}
         self.refresh_tokens: dict[str, RefreshToken] = {}
         self.pairs: dict[str, str] = {}  # access <-> refresh token, both ways, for revocation
+        self.jwt_keys = {
+            client_id: Path(path).read_text(encoding="utf-8")
+            for client_id, path in settings.jwt_clients.items()
+        }
+        self.used_assertions: set[str] = set()  # their `jti`: each assertion is good once
         for client_id, secret in settings.clients.items():
             # Known to the SDK's routes too, so that /revoke authenticates them.
             self.clients[client_id] = OAuthClientInformationFull(
@@ -127,6 +136,31 @@ class MemoryAuthorizationServer(
         """Whether `secret` is the pre-registered confidential client's."""
         expected = self.settings.clients.get(client_id)
         return expected is not None and hmac.compare_digest(expected.encode(), secret.encode())
+
+    def authenticate_assertion(self, assertion: str) -> str | None:
+        """The pre-registered client a private_key_jwt assertion proves (RFC 7523 §2.2, §3:
+        signed with its key, issued by and about it, for this server, unexpired, unused)."""
+        try:
+            client_id = jwt.decode(assertion, options={"verify_signature": False}).get("sub")
+            key = self.jwt_keys.get(client_id) if isinstance(client_id, str) else None
+            if key is None:
+                return None
+            # The audience: this issuer (RFC 7523bis), or its token endpoint (RFC 7523).
+            claims = jwt.decode(
+                assertion,
+                key,
+                algorithms=JWT_ALGORITHMS,
+                audience=[self.settings.issuer, f"{self.settings.issuer}/token"],
+                issuer=client_id,
+                options={"require": ["exp", "iss", "sub", "aud", "jti"]},
+            )
+        except jwt.PyJWTError as exc:
+            logger.warning("client assertion refused: %s", exc)
+            return None
+        if claims["jti"] in self.used_assertions:
+            return None
+        self.used_assertions.add(claims["jti"])
+        return client_id
 
     # -- the authorization code grant
 

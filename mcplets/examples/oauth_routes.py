@@ -39,9 +39,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcplets.examples.oauth_provider import MemoryAuthorizationServer, Settings
+from mcplets.examples.oauth_provider import JWT_ALGORITHMS, MemoryAuthorizationServer, Settings
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+JWT_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 
 def auth_settings(settings: Settings) -> AuthSettings:
@@ -108,14 +109,19 @@ def authorization_server_metadata(auth: AuthSettings, settings: Settings) -> OAu
     )
     grants = list(metadata.grant_types_supported or [])
     methods = list(metadata.token_endpoint_auth_methods_supported or [])
-    if settings.clients:
+    signing = None
+    if settings.clients or settings.jwt_clients:
         grants.append("client_credentials")
+    if settings.jwt_clients:
+        methods.append("private_key_jwt")
+        signing = JWT_ALGORITHMS
     if settings.cimd:
         methods.append("none")  # a metadata document's client is public
     return metadata.model_copy(
         update={
             "grant_types_supported": grants,
             "token_endpoint_auth_methods_supported": methods,
+            "token_endpoint_auth_signing_alg_values_supported": signing,
             "authorization_response_iss_parameter_supported": True,
             "client_id_metadata_document_supported": True if settings.cimd else None,
         }
@@ -150,7 +156,8 @@ def token_route(provider: MemoryAuthorizationServer, settings: Settings) -> Rout
 
     async def token(request: Request) -> Response:
         form = await request.form()  # kept by the request: the SDK's handler reads it again
-        if form.get("grant_type") == "client_credentials" and settings.clients:
+        confidential = settings.clients or settings.jwt_clients
+        if form.get("grant_type") == "client_credentials" and confidential:
             return client_credentials(provider, request, form)
         return await sdk.handle(request)
 
@@ -167,14 +174,22 @@ def client_credentials(
     provider: MemoryAuthorizationServer, request: Request, form: FormData
 ) -> Response:
     """RFC 6749 §4.4 for a pre-registered client, authenticated by client_secret_basic or
-    client_secret_post (RFC 6749 §2.3.1)."""
-    try:
-        client_id, secret, basic = client_secret(request, form)
-    except ValueError as exc:
-        return token_error("invalid_request", str(exc), 400)
-    if client_id is None or secret is None or not provider.authenticate(client_id, secret):
-        challenge = {"WWW-Authenticate": 'Basic realm="token"'} if basic else {}
-        return token_error("invalid_client", "client authentication failed", 401, challenge)
+    client_secret_post (RFC 6749 §2.3.1), or private_key_jwt (RFC 7523 §2.2)."""
+    if form.get("client_assertion_type") == JWT_ASSERTION:
+        assertion = form.get("client_assertion")
+        client_id = None
+        if isinstance(assertion, str):
+            client_id = provider.authenticate_assertion(assertion)
+        if client_id is None:
+            return token_error("invalid_client", "client authentication failed", 401)
+    else:
+        try:
+            client_id, secret, basic = client_secret(request, form)
+        except ValueError as exc:
+            return token_error("invalid_request", str(exc), 400)
+        if client_id is None or secret is None or not provider.authenticate(client_id, secret):
+            challenge = {"WWW-Authenticate": 'Basic realm="token"'} if basic else {}
+            return token_error("invalid_client", "client authentication failed", 401, challenge)
     scope, resource = form.get("scope"), form.get("resource")
     try:
         token = provider.client_credentials(

@@ -1,7 +1,8 @@
 """The OAuth-protected test server's client credentials grant (machine to machine), through the
-SDK's `ClientCredentialsOAuthProvider` and at the token endpoint itself: pre-registered
-confidential clients, either way of sending the secret, a token bound to the resource asked
-for, the client as the subject, no refresh token."""
+SDK's `ClientCredentialsOAuthProvider` and `PrivateKeyJWTOAuthProvider` and at the token
+endpoint itself: pre-registered confidential clients, either way of sending the secret or a
+signed assertion, a token bound to the resource asked for, the client as the subject, no
+refresh token."""
 
 import base64
 from collections.abc import AsyncIterator, Iterator
@@ -10,9 +11,15 @@ from contextlib import asynccontextmanager
 import httpx
 import httpx2
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from mcp import Client
 from mcp.client.auth import OAuthTokenError
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
 from mcp.client.streamable_http import streamable_http_client
 
 from mcplets.examples.oauth_protected import serve
@@ -41,8 +48,26 @@ def calls(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def base(calls):
-    with serve(calls_log=calls.path, clients=CLIENTS) as url:
+def signing_key(tmp_path_factory):
+    """The private key of the client that signs its assertions (private_key_jwt); the server
+    is given the public one."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = tmp_path_factory.mktemp("jwt-client") / "public.pem"
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return private.decode(), public
+
+
+@pytest.fixture(scope="module")
+def base(calls, signing_key):
+    jwt_clients = {"signed-robot": signing_key[1]}
+    with serve(calls_log=calls.path, clients=CLIENTS, jwt_clients=jwt_clients) as url:
         yield url
 
 
@@ -86,7 +111,9 @@ async def test_the_metadata_offers_the_grant(base):
     assert set(asm["token_endpoint_auth_methods_supported"]) >= {
         "client_secret_basic",
         "client_secret_post",
+        "private_key_jwt",
     }
+    assert asm["token_endpoint_auth_signing_alg_values_supported"] == ["ES256", "RS256"]
 
 
 @pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
@@ -178,6 +205,57 @@ async def test_dynamically_registered_clients_cannot_use_the_grant(base):
     )
     assert refused.status_code == 401
     assert refused.json()["error"] == "invalid_client"
+
+
+def signer(private_key: str, client_id: str = "signed-robot"):
+    return SignedJWTParameters(
+        issuer=client_id, subject=client_id, signing_key=private_key, signing_algorithm="ES256"
+    ).create_assertion_provider()
+
+
+async def test_a_client_signing_its_assertions_private_key_jwt(base, calls, signing_key):
+    storage = MemoryStorage()
+    auth = PrivateKeyJWTOAuthProvider(
+        server_url=f"{base}/mcp",
+        storage=storage,
+        client_id="signed-robot",
+        assertion_provider=signer(signing_key[0]),
+        issuer=base,
+    )
+    async with (
+        httpx2.AsyncClient(auth=auth) as http,
+        Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client,
+    ):
+        result = await client.call_tool("whoami", {"echo": "signed"})
+    assert result.structured_content["result"]["subject"] == "signed-robot"
+    assert {"name": "whoami", "arguments": {"echo": "signed"}, "subject": "signed-robot"} in calls()
+    assert storage.tokens.refresh_token is None
+
+
+async def test_an_assertion_is_good_once_and_only_with_the_clients_key(base, signing_key):
+    jwt_bearer = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+    async def with_assertion(assertion):
+        return await token(
+            base,
+            client_assertion_type=jwt_bearer,
+            client_assertion=assertion,
+            resource=f"{base}/mcp",
+        )
+
+    assertion = await signer(signing_key[0])(base)
+    assert (await with_assertion(assertion)).status_code == 200
+    replayed = await with_assertion(assertion)
+    assert replayed.status_code == 401 and replayed.json()["error"] == "invalid_client"
+    another_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    forged = await signer(another_key.decode())(base)
+    assert (await with_assertion(forged)).status_code == 401
+    elsewhere = await signer(signing_key[0])("http://127.0.0.1:1")  # for another server
+    assert (await with_assertion(elsewhere)).status_code == 401
+    stranger = await signer(signing_key[0], client_id="robot")(base)  # not a key client
+    assert (await with_assertion(stranger)).status_code == 401
 
 
 def walk(error: BaseException) -> Iterator[BaseException]:
