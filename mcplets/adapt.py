@@ -7,6 +7,11 @@
 
 A strict tool's assertion is verified at MCPLET_VERIFY_URL with MCPLET_VERIFY_TOKEN (set by
 the host for a stdio server it launches; the upstream never sees either).
+
+An upstream at `--url` behind OAuth is reached with the client credentials grant, as the client
+MCPLET_ADAPTER_CLIENT_ID with MCPLET_ADAPTER_CLIENT_SECRET of the authorization server whose
+issuer is MCPLET_ADAPTER_ISSUER, asking for MCPLET_ADAPTER_SCOPE if set (else the scopes the
+upstream advertises). A stdio upstream never sees the client's id or secret.
 """
 
 import argparse
@@ -70,7 +75,10 @@ def main(argv=None):
     args = parse_args(argv)
     log_to_stderr()
     if args.suggest:
-        anyio.run(suggest, args.upstream, args.output)
+        try:
+            anyio.run(suggest, args.upstream, args.output)
+        except* UpstreamGone as gone:
+            sys.exit(f"mcplets.adapt: {first_cause(gone)}")
         return
     try:
         config = load_config(args.config)

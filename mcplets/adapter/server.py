@@ -29,12 +29,14 @@ import anyio
 import mcp_types as types
 from jsonschema.validators import Draft202012Validator, validator_for
 from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost, listen
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcplets.adapter.config import AdapterConfig, ToolContract
+from mcplets.adapter.upstream_auth import SECRET_ENV, Credentials, UpstreamHttp
 from mcplets.envelope import Envelope, ErrorCode, error, ok
 from mcplets.registration import result_schema_payload, result_schema_uri
 from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
@@ -44,13 +46,18 @@ logger = logging.getLogger(__name__)
 
 TIMEOUT = 30.0
 PING_INTERVAL = 5.0
-# What the upstream must never see: the adapter's own verify-assertion credentials.
-PRIVATE_ENV = (URL_ENV, TOKEN_ENV)
+# What a stdio upstream must never see: the adapter's own verify-assertion credentials, and
+# its OAuth client for an HTTP upstream.
+PRIVATE_ENV = (URL_ENV, TOKEN_ENV, *SECRET_ENV)
 RESOURCE_NOT_FOUND = -32002
 
 
 class UpstreamGone(Exception):
     """The upstream closed its connection: the adapter has nothing left to serve."""
+
+
+class UpstreamRefused(UpstreamGone):
+    """The upstream would not let the adapter in (its OAuth): nothing to serve either."""
 
 
 @dataclass(frozen=True)
@@ -69,21 +76,37 @@ async def upstream_session(
     upstream: Upstream, message_handler: Any = None, timeout: float = TIMEOUT
 ) -> AsyncIterator[ClientSession]:
     """A client session to the upstream, negotiated by the SDK's `auto` policy: 2026-07-28
-    when the upstream answers `server/discover`, else the 2025 `initialize` handshake."""
-    target: str | StdioServerParameters = upstream.url
-    if not upstream.url:
-        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
-        command, *args = upstream.command
-        target = StdioServerParameters(command=command, args=args, env=env)
-    # No response cache: the adapter re-lists the upstream's tools exactly when they changed.
-    client = Client(
-        target,
-        mode="auto",
-        read_timeout_seconds=timeout,
-        message_handler=message_handler,
-        cache=None,
-    )
-    async with client:
+    when the upstream answers `server/discover`, else the 2025 `initialize` handshake. An HTTP
+    upstream behind OAuth is reached with the client credentials in the environment
+    (`upstream_auth`); one that refuses the adapter raises `UpstreamRefused`."""
+    async with contextlib.AsyncExitStack() as stack:
+        http: UpstreamHttp | None = None
+        if upstream.url:
+            try:
+                http = UpstreamHttp(upstream.url, Credentials.from_env())
+            except ValueError as exc:
+                raise UpstreamRefused(str(exc)) from None
+            client_http = await stack.enter_async_context(http.client())
+            target: Any = streamable_http_client(upstream.url, http_client=client_http)
+        else:
+            env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+            command, *args = upstream.command
+            target = StdioServerParameters(command=command, args=args, env=env)
+        # No response cache: the adapter re-lists the upstream's tools exactly when they changed.
+        client = Client(
+            target,
+            mode="auto",
+            read_timeout_seconds=timeout,
+            message_handler=message_handler,
+            cache=None,
+        )
+        try:
+            await stack.enter_async_context(client)
+        except Exception as exc:
+            refusal = http.refusal(exc) if http is not None else None
+            if refusal is None:
+                raise
+            raise UpstreamRefused(refusal) from None  # the message says it all
         yield client.session
 
 

@@ -1,18 +1,52 @@
 """An MCPlet behind OAuth 2.1: a test server for remote MCP servers that need a token.
 
     python -m mcplets.examples.oauth_protected [--port 8768] [--token-ttl 300]
-        [--calls-log calls.jsonl]
+        [--calls-log calls.jsonl] [--client ID:SECRET ...] [--jwt-client ID:KEY.pem ...]
+        [--scopes "a b"] [--required-scope X] [--wrong-iss] [--testing-routes]
+        [--cimd [--cimd-ca CA.pem]]
 
-One streamable-HTTP process is both the resource server and its authorization server, all
-from the SDK's server-side auth: `/mcp` (one `whoami` tool) answers 401 with
+One streamable-HTTP process is both the resource server and its authorization server, built on
+the SDK's server-side auth: `/mcp` (one `whoami` tool) answers 401 with
 `WWW-Authenticate: Bearer ..., resource_metadata="..."` without a valid token; the Protected
 Resource Metadata (RFC 9728) is at `/.well-known/oauth-protected-resource/mcp`, the
 authorization server metadata (RFC 8414) at `/.well-known/oauth-authorization-server`, and
-`/register`, `/authorize`, `/token`, `/revoke` are the SDK's routes over an in-memory
-provider. `/authorize` approves at once (a test drives it): it redirects straight back to the
-client with a code. Access tokens live `--token-ttl` seconds and are bound to `/mcp` (RFC 8707).
+`/register`, `/authorize`, `/token`, `/revoke` are the SDK's routes over an in-memory provider
+(`oauth_provider`), some wrapped (`oauth_routes`). `/authorize` approves at once (a test drives
+it): it redirects straight back to the client with a code. Access tokens live `--token-ttl`
+seconds and are bound to the RFC 8707 resource the client named (only `/mcp` accepts them).
 
-`serve` runs it in a child process for tests and yields its base URL.
+Every authorization response (a code or an error) carries `iss=<issuer>` (RFC 9207), and the
+metadata says `authorization_response_iss_parameter_supported: true`. The options:
+
+- `--client ID:SECRET` (repeatable): a pre-registered confidential client that may use
+  `grant_type=client_credentials` at `/token`, authenticated by client_secret_basic or
+  client_secret_post; its token's subject is its id, its scopes the ones it asked for (else
+  the `--scopes`), its resource the one it named (another one: `invalid_target`); no refresh
+  token. `client_credentials` is then in `grant_types_supported`.
+- `--jwt-client ID:KEY.pem` (repeatable): the same for a client authenticated by
+  `private_key_jwt` (RFC 7523 §2.2): an assertion signed (ES256 or RS256) with the private key
+  of this public one, `iss` and `sub` its id, `aud` the issuer (or `/token`), used once.
+- `--scopes "a b"`: `scopes_supported` of both metadata documents and the scopes a client
+  gets when it asks for none. Every client may ask for any scope the server grants (these and
+  `--required-scope`); with neither, a registered client may ask for the scopes it registered
+  with, a pre-registered one for any.
+- `--required-scope X`: a `tools/call` of `whoami` with a token lacking X is answered HTTP 403,
+  `WWW-Authenticate: Bearer error="insufficient_scope", scope="X", resource_metadata=...`.
+  X is in the authorization server's `scopes_supported`, not the PRM's, so a client that asks
+  for the PRM's scopes starts without it and must step up.
+- `--wrong-iss`: the authorization responses name another issuer (`<issuer>/another-issuer`),
+  which a client must refuse.
+- `--testing-routes`: `POST /testing/revoke-all` revokes every code, access and refresh token
+  (an operator revoking the grants at the authorization server) and answers 204.
+- `--cimd`: `client_id_metadata_document_supported: true`; a client id that is an https URL
+  is the client described by the JSON document fetched there (on every use), a public client
+  (token_endpoint_auth_method none) if the document's `client_id` is that URL and it asks for
+  no secret; the redirect URI must be one the document lists. `--cimd-ca` is a CA bundle to
+  trust for that fetch (tests serve the document with a certificate of their own).
+
+`serve` runs it in a child process for tests and yields its base URL; its keyword arguments
+are the options above (`clients={"id": "secret"}`, `jwt_clients={"id": Path("key.pem")}`,
+`scopes="a b"`, `required_scope`, `wrong_iss`, `testing_routes`, `cimd`, `cimd_ca`).
 """
 
 from __future__ import annotations
@@ -20,140 +54,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import secrets
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.provider import (
-    AccessToken,
-    AuthorizationCode,
-    AuthorizationParams,
-    OAuthAuthorizationServerProvider,
-    RefreshToken,
-    construct_redirect_uri,
-)
-from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from starlette.applications import Starlette
 
 from mcplets import register_model_tool, serving
+from mcplets.examples.oauth_provider import MemoryAuthorizationServer, Settings
+from mcplets.examples.oauth_routes import auth_settings, install
 
-CODE_TTL = 300  # seconds an authorization code may wait for its exchange
-
-
-class MemoryAuthorizationServer(
-    OAuthAuthorizationServerProvider[AuthorizationCode, RefreshToken, AccessToken]
-):
-    """Clients, codes and tokens kept in memory; every authorization request is approved."""
-
-    def __init__(self, token_ttl: int) -> None:
-        self.token_ttl = token_ttl
-        self.clients: dict[str, OAuthClientInformationFull] = {}
-        self.codes: dict[str, AuthorizationCode] = {}
-        self.access_tokens: dict[str, AccessToken] = {}
-        self.refresh_tokens: dict[str, RefreshToken] = {}
-        self.pairs: dict[str, str] = {}  # access <-> refresh token, both ways, for revocation
-
-    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
-        return self.clients.get(client_id)
-
-    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
-        assert client_info.client_id is not None  # the SDK's /register mints it
-        self.clients[client_info.client_id] = client_info
-
-    async def authorize(
-        self, client: OAuthClientInformationFull, params: AuthorizationParams
-    ) -> str:
-        # No consent page: the client itself is the resource owner (its id is the subject).
-        code = AuthorizationCode(
-            code=secrets.token_urlsafe(32),
-            scopes=params.scopes or [],
-            expires_at=time.time() + CODE_TTL,
-            client_id=client.client_id or "",
-            code_challenge=params.code_challenge,
-            redirect_uri=params.redirect_uri,
-            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
-            resource=params.resource,
-            subject=client.client_id,
-        )
-        self.codes[code.code] = code
-        return construct_redirect_uri(str(params.redirect_uri), code=code.code, state=params.state)
-
-    async def load_authorization_code(
-        self, client: OAuthClientInformationFull, authorization_code: str
-    ) -> AuthorizationCode | None:
-        code = self.codes.get(authorization_code)
-        return code if code is not None and code.client_id == client.client_id else None
-
-    async def exchange_authorization_code(
-        self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
-    ) -> OAuthToken:
-        del self.codes[authorization_code.code]  # single use
-        return self._issue(authorization_code)
-
-    async def load_refresh_token(
-        self, client: OAuthClientInformationFull, refresh_token: str
-    ) -> RefreshToken | None:
-        token = self.refresh_tokens.get(refresh_token)
-        return token if token is not None and token.client_id == client.client_id else None
-
-    async def exchange_refresh_token(
-        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
-    ) -> OAuthToken:
-        # Rotation: the old pair dies with the exchange.
-        await self.revoke_token(refresh_token)
-        return self._issue(refresh_token.model_copy(update={"scopes": scopes}))
-
-    async def load_access_token(self, token: str) -> AccessToken | None:
-        return self.access_tokens.get(token)  # the bearer middleware checks expires_at
-
-    async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
-        partner = self.pairs.pop(token.token, None)
-        for value in (token.token, partner):
-            if value is not None:
-                self.access_tokens.pop(value, None)
-                self.refresh_tokens.pop(value, None)
-                self.pairs.pop(value, None)
-
-    def _issue(self, grant: AuthorizationCode | RefreshToken) -> OAuthToken:
-        access, refresh = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        granted = {
-            "client_id": grant.client_id,
-            "scopes": grant.scopes,
-            "resource": grant.resource,
-            "subject": grant.subject,
-        }
-        # Whole seconds (the SDK's AccessToken): the bearer middleware refuses it once
-        # int(now) > expires_at, up to a second after the client's own clock has expired it.
-        expires_at = int(time.time() + self.token_ttl)
-        self.access_tokens[access] = AccessToken(token=access, expires_at=expires_at, **granted)
-        self.refresh_tokens[refresh] = RefreshToken(token=refresh, **granted)
-        self.pairs[access], self.pairs[refresh] = refresh, access
-        return OAuthToken(
-            access_token=access,
-            expires_in=self.token_ttl,
-            scope=" ".join(grant.scopes) or None,
-            refresh_token=refresh,
-        )
+TOOL = "whoami"
 
 
-def build(base_url: str, token_ttl: int = 300, calls_log: Path | None = None) -> MCPServer:
-    """The protected server as reached at `base_url` (its issuer; `/mcp` is the resource)."""
-    base_url = base_url.rstrip("/")
-    auth = AuthSettings(
-        issuer_url=base_url,
-        resource_server_url=f"{base_url}/mcp",
-        # Tokens carry the RFC 8707 resource they were issued for: refuse any other audience.
-        validate_token_resource=True,
-        client_registration_options=ClientRegistrationOptions(enabled=True),
-        revocation_options=RevocationOptions(enabled=True),
-    )
+def build(settings: Settings, calls_log: Path | None = None, host: str = "127.0.0.1") -> Starlette:
+    """The protected server's app as reached at `settings.issuer` (`/mcp` is the resource);
+    `host` is the address it listens on (the SDK's DNS rebinding protection)."""
+    provider = MemoryAuthorizationServer(settings)
     server = MCPServer(
-        "oauth-protected", auth=auth, auth_server_provider=MemoryAuthorizationServer(token_ttl)
+        "oauth-protected", auth=auth_settings(settings), auth_server_provider=provider
     )
 
     def whoami(echo: str = "") -> dict[str, Any]:
@@ -162,18 +85,27 @@ def build(base_url: str, token_ttl: int = 300, calls_log: Path | None = None) ->
         subject = token.subject or token.client_id
         if calls_log is not None:
             with calls_log.open("a", encoding="utf-8") as file:
-                entry = {"name": "whoami", "arguments": {"echo": echo}, "subject": subject}
+                entry = {"name": TOOL, "arguments": {"echo": echo}, "subject": subject}
                 file.write(json.dumps(entry) + "\n")
         return {"subject": subject, "clientId": token.client_id, "echo": echo}
 
     register_model_tool(
         server,
-        "whoami",
+        TOOL,
         whoami,
         mcplet_type="read",
         description="Who the caller's access token says it is (and an optional echo)",
     )
-    return server
+    app = server.streamable_http_app(host=host)
+    install(app, provider, settings, TOOL)
+    return app
+
+
+def client_pair(text: str) -> tuple[str, str]:
+    client_id, colon, secret = text.partition(":")
+    if not (client_id and colon and secret):
+        raise argparse.ArgumentTypeError(f"not ID:SECRET: {text!r}")
+    return client_id, secret
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -183,23 +115,75 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-ttl", type=int, default=300, help="access token lifetime (s)")
     parser.add_argument("--calls-log", type=Path)
     parser.add_argument("--base-url", help="where clients reach it (default: this host and port)")
+    parser.add_argument(
+        "--client", type=client_pair, action="append", default=[], metavar="ID:SECRET",
+        help="a pre-registered confidential client for the client credentials grant",
+    )  # fmt: skip
+    parser.add_argument(
+        "--jwt-client", type=client_pair, action="append", default=[], metavar="ID:KEY.pem",
+        help="the same, authenticated by private_key_jwt with this public key",
+    )  # fmt: skip
+    parser.add_argument("--scopes", default="", help="the scopes advertised, space-separated")
+    parser.add_argument("--required-scope", help="the scope whoami needs (else: 403)")
+    parser.add_argument("--wrong-iss", action="store_true", help="redirect with another iss")
+    parser.add_argument("--testing-routes", action="store_true", help="POST /testing/revoke-all")
+    parser.add_argument("--cimd", action="store_true", help="accept client metadata documents")
+    parser.add_argument("--cimd-ca", help="a CA bundle trusted when fetching those documents")
     args = parser.parse_args(argv)
-    base_url = args.base_url or f"http://{args.host}:{args.port}"
-    server = build(base_url, args.token_ttl, args.calls_log)
-    server.run("streamable-http", host=args.host, port=args.port)
+    base_url = (args.base_url or f"http://{args.host}:{args.port}").rstrip("/")
+    settings = Settings(
+        issuer=base_url,
+        resource=f"{base_url}/mcp",
+        token_ttl=args.token_ttl,
+        clients=dict(args.client),
+        jwt_clients=dict(args.jwt_client),
+        scopes=tuple(args.scopes.split()),
+        required_scope=args.required_scope,
+        wrong_iss=args.wrong_iss,
+        testing_routes=args.testing_routes,
+        cimd=args.cimd,
+        cimd_ca=args.cimd_ca,
+    )
+    app = build(settings, args.calls_log, host=args.host)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
 
 
 @contextlib.contextmanager
 def serve(
-    calls_log: Path | None = None, token_ttl: int = 300, timeout: float = 20
+    calls_log: Path | None = None,
+    token_ttl: int = 300,
+    timeout: float = 20,
+    *,
+    clients: Mapping[str, str] | None = None,
+    jwt_clients: Mapping[str, Path] | None = None,
+    scopes: str | Sequence[str] = (),
+    required_scope: str | None = None,
+    wrong_iss: bool = False,
+    testing_routes: bool = False,
+    cimd: bool = False,
+    cimd_ca: Path | None = None,
 ) -> Iterator[str]:
     """Run the server in a child process on a free port; yield its base URL (`/mcp` is the
-    MCP endpoint, and the base URL is the authorization server's issuer)."""
+    MCP endpoint, and the base URL is the authorization server's issuer). The keyword
+    arguments are the command line's options (see the module's docstring)."""
     port = serving.free_port()
     command = [sys.executable, "-m", "mcplets.examples.oauth_protected", "--port", str(port)]
     command += ["--token-ttl", str(token_ttl)]
     if calls_log is not None:
         command += ["--calls-log", str(Path(calls_log).resolve())]
+    for client_id, secret in (clients or {}).items():
+        command += ["--client", f"{client_id}:{secret}"]
+    for client_id, key in (jwt_clients or {}).items():
+        command += ["--jwt-client", f"{client_id}:{Path(key).resolve()}"]
+    scopes = scopes.split() if isinstance(scopes, str) else list(scopes)
+    if scopes:
+        command += ["--scopes", " ".join(scopes)]
+    if required_scope:
+        command += ["--required-scope", required_scope]
+    flags = {"--wrong-iss": wrong_iss, "--testing-routes": testing_routes, "--cimd": cimd}
+    command += [flag for flag, on in flags.items() if on]
+    if cimd_ca is not None:
+        command += ["--cimd-ca", str(Path(cimd_ca).resolve())]
     with serving.listening(command, port, timeout):
         yield f"http://127.0.0.1:{port}"
 

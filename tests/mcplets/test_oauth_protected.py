@@ -71,7 +71,10 @@ class Browser:
             response = await http.get(authorization_url)
         assert response.status_code == 302, response.text
         query = parse_qs(urlparse(response.headers["location"]).query)
-        self.result = AuthorizationCodeResult(code=query["code"][0], state=query["state"][0])
+        # The RFC 9207 issuer too, as a real callback would: the SDK client checks it.
+        self.result = AuthorizationCodeResult(
+            code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0]
+        )
 
     async def callback(self) -> AuthorizationCodeResult:
         assert self.result is not None
@@ -79,13 +82,17 @@ class Browser:
 
 
 @asynccontextmanager
-async def connect(base: str, storage: MemoryStorage, browser: Browser) -> AsyncIterator[Client]:
+async def connect(
+    base: str, storage: MemoryStorage, browser: Browser, client_metadata_url: str | None = None
+) -> AsyncIterator[Client]:
+    """The SDK's client, registering itself (or identified by its metadata document's URL)."""
     auth = OAuthClientProvider(
         server_url=f"{base}/mcp",
         client_metadata=OAuthClientMetadata(client_name="oauth-test", redirect_uris=[REDIRECT_URI]),
         storage=storage,
         redirect_handler=browser.redirect,
         callback_handler=browser.callback,
+        client_metadata_url=client_metadata_url,
     )
     async with (
         httpx2.AsyncClient(auth=auth) as http,
@@ -110,6 +117,10 @@ async def test_no_token_is_refused_with_where_to_find_the_authorization_server(b
         asm = (await http.get(f"{base}/.well-known/oauth-authorization-server")).json()
     assert asm["issuer"] == base
     assert asm["code_challenge_methods_supported"] == ["S256"]
+    assert asm["authorization_response_iss_parameter_supported"] is True  # RFC 9207
+    # No pre-registered client, no client credentials grant; no metadata documents either.
+    assert asm["grant_types_supported"] == ["authorization_code", "refresh_token"]
+    assert "client_id_metadata_document_supported" not in asm
     for endpoint in ("authorization", "token", "registration", "revocation"):
         assert asm[f"{endpoint}_endpoint"].startswith(base)
 
