@@ -296,6 +296,8 @@ async def open_session(
             message = _version_problem(config, supported, exc)
         elif config.transport == "stdio":
             message = f"{config.name}: {describe(exc)}"
+        elif refused := _oauth_refusal(exc):
+            message = f"{config.name}: its authorization server refused the host: {refused}"
         else:
             message = f"{config.name}: {_http_problem(config.url, responses, exc)}"
         if log is not None and (tail := log.tail()):
@@ -346,6 +348,15 @@ def _credentials_storage(config):
             self.client_info = client_info
 
     return Storage()
+
+
+def _oauth_refusal(exc):
+    """What the SDK's OAuth client says went wrong (a token request refused, a flow that
+    cannot go on), or None: the last HTTP answer is then the token endpoint's, not the server's."""
+    from mcp.client.auth import OAuthFlowError
+
+    exc = first_leaf(exc)
+    return str(exc)[:500] if isinstance(exc, OAuthFlowError) else None
 
 
 def command_problem(command):

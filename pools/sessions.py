@@ -45,7 +45,7 @@ def _refuse(askers, reason):
 
 async def _unless_refused(config, started):
     """A call whose server refused the host's OAuth grant did not run: say why, as
-    unreachable, rather than leave it outcome-unknown."""
+    unreachable, rather than as outcome-unknown or the SDK's "Server returned an error"."""
     if config.auth == "oauth" and (reason := await tokens.refused_since(config.id, started)):
         raise tokens.NotConnected(reason)
 
@@ -226,6 +226,7 @@ class SessionPool:
                     f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"
                 ) from None
             if exc.code != CONNECTION_CLOSED:
+                await _unless_refused(config, started)
                 raise  # the server answered with a JSON-RPC error: the session is fine
             await self._drop(config)
             await _unless_refused(config, started)

@@ -78,7 +78,11 @@ def _run(flow_id, server_id, operator, redirect_uri, client_metadata_url):
 
     try:
         server = McpServer.objects.get(pk=server_id)
-        provider = anyio.run(_authorize, flow_id, server, redirect_uri, client_metadata_url)
+        grant = OAuthGrant.objects.filter(server=server).first()
+        wanted = " ".join([server.oauth_scope, grant.asked_scopes if grant else ""]).strip()
+        provider = anyio.run(
+            _authorize, flow_id, server, redirect_uri, client_metadata_url, wanted or None
+        )
         grant = _keep(server, provider.context, operator)
         message = f"Connected {server.name}: tokens issued by {grant.issuer}"
         try:
@@ -92,8 +96,7 @@ def _run(flow_id, server_id, operator, redirect_uri, client_metadata_url):
         connections.close_all()
 
 
-async def _authorize(flow_id, server, redirect_uri, client_metadata_url):
-    from mcp.client.auth import OAuthClientProvider
+async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted):
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
     async def redirect(url):
@@ -124,7 +127,7 @@ async def _authorize(flow_id, server, redirect_uri, client_metadata_url):
         scope=server.oauth_scope or None,
         token_endpoint_auth_method="client_secret_post" if server.oauth_client_secret else None,
     )
-    provider = OAuthClientProvider(
+    provider = _provider_class()(
         server.url,
         metadata,
         _Registration(server, redirect_uri),
@@ -132,9 +135,29 @@ async def _authorize(flow_id, server, redirect_uri, client_metadata_url):
         callback_handler=callback,
         client_metadata_url=client_metadata_url,
     )
+    provider.wanted = wanted
     async with open_session(ServerConfig.of(server), timeout=20, auth=provider):
         pass  # opening it took the whole flow; the session proves the token works
     return provider
+
+
+def _provider_class():
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.client.auth.utils import union_scopes
+
+    class Provider(OAuthClientProvider):
+        """The SDK's provider, asking also for the scopes the operator set and those the
+        server asked for since (insufficient_scope): the SDK picks scopes from the server's
+        challenge and metadata alone. (Its own extensions override the same step.)"""
+
+        wanted = None
+
+        async def _perform_authorization(self):
+            scope = union_scopes(self.context.client_metadata.scope, self.wanted)
+            self.context.client_metadata.scope = scope
+            return await super()._perform_authorization()
+
+    return Provider
 
 
 class _Registration:

@@ -5,6 +5,7 @@ import asyncio
 
 import httpx2
 
+from pools.oauth import tokens
 from pools.oauth.tokens import in_thread
 
 
@@ -22,4 +23,10 @@ class GrantAuth(httpx2.Auth):
         if response.status_code == 401:
             token = await asyncio.to_thread(in_thread, self.server_id, token)
             request.headers["Authorization"] = f"Bearer {token}"
-            yield request
+            response = yield request
+        if response.status_code == 403:
+            from mcp.client.auth.utils import extract_field_from_www_auth
+
+            if extract_field_from_www_auth(response, "error") == "insufficient_scope":
+                scopes = extract_field_from_www_auth(response, "scope") or ""
+                await tokens.asked(self.server_id, scopes[:500])

@@ -22,7 +22,7 @@ class OAuthGrant(models.Model):
     it lapses, and whether it still works."""
 
     class Status(models.TextChoices):
-        CONNECTED = "connected"
+        CONNECTED = "connected", "connected"
         NEEDS_RECONNECTING = "needs_reconnecting", "needs reconnecting"
 
     server = models.OneToOneField(
@@ -39,6 +39,10 @@ class OAuthGrant(models.Model):
     connected_by = models.CharField(max_length=150, blank=True)
     refreshed_at = models.DateTimeField(null=True, blank=True)
     problem = models.TextField(blank=True)
+    asked_scopes = models.CharField(
+        max_length=1000, blank=True, help_text="Scopes the server asked for (insufficient_scope)."
+    )
+    asked_at = models.DateTimeField(null=True, blank=True)
     lapsed_at = models.DateTimeField(null=True, blank=True)
     secret = SealedJSONField(default=dict, editable=False)
 
@@ -71,6 +75,8 @@ class OAuthGrant(models.Model):
         margin = min(REFRESH_MARGIN, expires_in / 4) if expires_in else 0
         self.refresh_after = now + timedelta(seconds=expires_in - margin) if expires_in else None
         self.status, self.problem, self.lapsed_at = self.Status.CONNECTED, "", None
+        granted = set(self.scopes.split())
+        self.asked_scopes = " ".join(s for s in self.asked_scopes.split() if s not in granted)
 
     @property
     def access_token(self):
@@ -98,6 +104,21 @@ class OAuthGrant(models.Model):
         self.lapsed_at = timezone.now()
         self.save(update_fields=["status", "problem", "lapsed_at"])
         self.record("server.oauth.refresh_failed", audit.FAILURE, reason=reason)
+
+    def ask(self, scopes):
+        """The server refused a call for want of `scopes` (a 403 insufficient_scope): the
+        operator is told, and the next connect asks for them too. Once per new scope."""
+        from mcp.client.auth.utils import union_scopes
+
+        wanted = (union_scopes(self.asked_scopes or None, scopes) or "")[:1000]
+        new, self.asked_scopes, self.asked_at = wanted != self.asked_scopes, wanted, timezone.now()
+        self.problem = (
+            f"the server asks for the scopes {scopes} (insufficient_scope), which the grant lacks: "
+            "reconnect to grant them"
+        )
+        self.save(update_fields=["asked_scopes", "asked_at", "problem"])
+        if new:
+            self.record("server.oauth.insufficient_scope", audit.FAILURE, asked=scopes)
 
     def record(self, event_type, result=audit.SUCCESS, actor_id="", **details):
         audit.record(

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 from django.db import connections
+from django.db.models import Q
 from django.utils import timezone
 
 from mcplet_host.locks import make_lock
@@ -125,14 +126,29 @@ async def ensure(server_id):
 
 def _lapsed(server_id, since):
     try:
-        grant = OAuthGrant.objects.filter(server_id=server_id, lapsed_at__gte=since).first()
+        grant = OAuthGrant.objects.filter(
+            Q(lapsed_at__gte=since) | Q(asked_at__gte=since), server_id=server_id
+        ).first()
         return grant and f"{grant.server.name}: the server needs reconnecting: {grant.problem}"
     finally:
         connections.close_all()
 
 
 async def refused_since(server_id, since):
-    """Why the grant lapsed after `since` (a request of the session met a 401 that no refresh
-    cured, so the server ran nothing with it), or None. The SDK's transport says only that the
-    connection closed, which would read as "outcome unknown"."""
+    """Why the server refused the grant after `since` (a 401 that no refresh cured, or a 403
+    insufficient_scope: either way it ran nothing with it), or None. The SDK's transport says
+    only that the connection closed, or that the server "returned an error response"."""
     return await asyncio.to_thread(_lapsed, server_id, since)
+
+
+def _asked(server_id, scopes):
+    try:
+        grant = OAuthGrant.objects.select_related("server").filter(server_id=server_id).first()
+        if grant is not None:
+            grant.ask(scopes)
+    finally:
+        connections.close_all()
+
+
+async def asked(server_id, scopes):
+    await asyncio.to_thread(_asked, server_id, scopes)

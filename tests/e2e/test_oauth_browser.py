@@ -37,7 +37,7 @@ def test_connect_call_and_disconnect_in_the_browser(page, host, operator, tmp_pa
         )
         use_session(page, host, operator)
         page.goto(f"{host}/dashboard/")
-        expect(page.locator(".server-warning")).to_contain_text("Needs OAuth: not connected.")
+        expect(page.locator(".server-warning")).to_contain_text("OAuth: not connected.")
         page.locator(".server-warning").get_by_role("link", name="Connect…").click()
         expect(page.locator("h1")).to_have_text("Connect tracker")
         change = f"{host}/admin/pools/mcpserver/{server.pk}/change/"
