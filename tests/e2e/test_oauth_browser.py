@@ -2,9 +2,10 @@
 Connect…, the host's explanation page, the authorization server (our SDK-built test server,
 which approves at once) and back to the host's callback, which finishes the exchange and
 discovers the tools; the page then says who issued the tokens, their scopes and expiry, and
-never a token. A call goes through with the grant; Disconnect revokes it and calls then fail
+never a token (nor in any log). A call goes through with the grant; Disconnect revokes it and calls then fail
 as unavailable, with nothing sent."""
 
+import logging
 import os
 
 import pytest
@@ -29,7 +30,8 @@ def operator(django_user_model):
     return django_user_model.objects.create_superuser("ops", "ops@example.org", "pw-ops-1")
 
 
-def test_connect_call_and_disconnect_in_the_browser(page, host, operator, tmp_path):
+def test_connect_call_and_disconnect_in_the_browser(page, host, operator, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)  # every logger of the host and its libraries, every thread
     calls = Calls(tmp_path / "calls.jsonl")
     with serve(calls_log=calls.path) as base:
         server = McpServer.objects.create(
@@ -92,4 +94,6 @@ def test_connect_call_and_disconnect_in_the_browser(page, host, operator, tmp_pa
     assert len(calls("whoami")) == 1
     for secret in secrets:
         assert all(secret not in html for html in pages)
+        assert secret not in caplog.text
+    assert "401, b'Unauthorized'" in caplog.text  # the log did see the OAuth exchanges
     assert page.problems == []

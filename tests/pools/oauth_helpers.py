@@ -17,9 +17,14 @@ def authorization_response(url):
     return {key: values[0] for key, values in query.items()}
 
 
-def connect_server(server, operator="operator", redirect_uri="http://localhost/oauth/callback"):
+def connect_server(
+    server,
+    operator="operator",
+    redirect_uri="http://localhost/oauth/callback",
+    client_metadata_url=None,
+):
     """Run the whole flow for `server`; the flow's outcome ({"ok", "message"})."""
-    flow_id = connect.start(server, operator, redirect_uri)
+    flow_id = connect.start(server, operator, redirect_uri, client_metadata_url)
     state = connect.wait(flow_id, lambda s: "url" in s or "outcome" in s, 20)
     assert state is not None
     if "outcome" in state:
