@@ -2,8 +2,8 @@
 Connect…, the host's explanation page, the authorization server (our SDK-built test server,
 which approves at once) and back to the host's callback, which finishes the exchange and
 discovers the tools; the page then says who issued the tokens, their scopes and expiry, and
-never a token (nor in any log). A call goes through with the grant; Disconnect revokes it and calls then fail
-as unavailable, with nothing sent."""
+never a token (nor does any log). A call goes through with the grant; Disconnect revokes it
+and calls then fail as unavailable, with nothing sent."""
 
 import logging
 import os

@@ -187,3 +187,30 @@ def test_admin_discover_now(staff_client, spec):
     assert "Crm: 1 accepted, 1 rejected" in page.content.decode()
     listing = staff_client.get("/admin/pools/mcplet/?status__exact=rejected").content.decode()
     assert "bad" in listing and "is not one of read, prepare, action" in listing
+
+
+def test_add_mcp_server_behind_oauth(monkeypatch, tmp_path):
+    from mcplets.examples.oauth_protected import serve
+
+    with serve(clients={"mcplet-host": "cs-1"}) as base:
+        out, _ = run("add_mcp_server", "tracker", "--url", f"{base}/mcp", "--oauth")
+        server = McpServer.objects.get(name="tracker")
+        assert server.auth == McpServer.Auth.OAUTH
+        assert f"/admin/pools/mcpserver/{server.pk}/oauth/connect/" in out
+
+        with pytest.raises(CommandError, match="put the client secret in"):
+            run("add_mcp_server", "m2m", "--url", f"{base}/mcp", "--client-credentials", "x")
+        monkeypatch.setenv("MCPLET_OAUTH_CLIENT_SECRET", "cs-1")
+        args = ["--client-credentials", "mcplet-host", "--issuer", base]
+        out, _ = run("add_mcp_server", "m2m", "--url", f"{base}/mcp", *args)
+        assert "which answers MCP 2026-07-28" in out
+        m2m = McpServer.objects.get(name="m2m")
+        assert (m2m.auth, m2m.oauth_client_id, m2m.oauth_client_secret) == (
+            McpServer.Auth.CLIENT_CREDENTIALS,
+            "mcplet-host",
+            "cs-1",
+        )
+        monkeypatch.setenv("MCPLET_OAUTH_CLIENT_SECRET", "wrong")
+        with pytest.raises(CommandError, match="refused the host: Token exchange failed"):
+            run("add_mcp_server", "m2m-wrong", "--url", f"{base}/mcp", *args)
+    assert not McpServer.objects.filter(name="m2m-wrong").exists()
