@@ -60,7 +60,7 @@ def summary(server):
         grant.connected_at.strftime("%Y-%m-%d %H:%M"),
         grant.connected_by or "—",
         connect_url,
-        "Connect…" if grant.usable else "Reconnect…",
+        "Reconnect…",
         reverse("admin:pools_mcpserver_oauth_disconnect", args=[server.pk]),
     )
 

@@ -5,6 +5,7 @@ thread of the web process that started it. The operator's browser goes to the au
 server; the callback view, in whichever process it lands, hands the code back through the
 cache; the thread exchanges it, stores the grant and discovers the server's tools."""
 
+import hashlib
 import secrets
 import threading
 import time
@@ -37,9 +38,13 @@ def _update(flow_id, **changes):
     cache.set(_key(flow_id), {**state, **changes}, FLOW_SECONDS)
 
 
+def _state_key(state):
+    return "oauth-state:" + hashlib.sha256(state.encode("utf-8", "replace")).hexdigest()
+
+
 def flow_of_state(state):
     """The flow an authorization response belongs to, by its `state` (RFC 6749 §10.12)."""
-    return cache.get(f"oauth-state:{state}") if isinstance(state, str) and state else None
+    return cache.get(_state_key(state)) if isinstance(state, str) and state else None
 
 
 def answer(flow_id, code, state, iss, error=""):
@@ -101,7 +106,7 @@ async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted)
 
     async def redirect(url):
         state = parse_qs(urlparse(url).query).get("state", [""])[0]
-        cache.set(f"oauth-state:{state}", flow_id, FLOW_SECONDS)
+        cache.set(_state_key(state), flow_id, FLOW_SECONDS)
         _update(flow_id, url=url)
 
     async def callback():
