@@ -68,6 +68,13 @@ class SecretMappingField(forms.CharField):
         return mapping
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea (a PEM key has lines) that never sends a typed value back to the page."""
+
+    def format_value(self, value):
+        return None
+
+
 class McpServerForm(forms.ModelForm):
     args_line = forms.CharField(
         label="Arguments",
@@ -89,8 +96,10 @@ class McpServerForm(forms.ModelForm):
         label="OAuth client secret",
         required=False,
         strip=True,
-        widget=forms.PasswordInput(render_value=False),
-        help_text="Stored sealed and never shown again: leave empty to keep the saved one.",
+        widget=SecretTextarea(attrs={"rows": 2, "cols": 60, "autocomplete": "off"}),
+        help_text="Client credentials: a shared secret, or the client's private key in PEM "
+        "(RSA or EC P-256: private_key_jwt). Stored sealed and never shown again: leave empty "
+        "to keep the saved one.",
     )
 
     class Meta:

@@ -316,6 +316,23 @@ def http_auth(config):
         from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 
         client_id, secret, scope, issuer = config.credentials
+        if algorithm := signing_algorithm(secret):
+            from mcp.client.auth.extensions.client_credentials import (
+                PrivateKeyJWTOAuthProvider,
+                SignedJWTParameters,
+            )
+
+            signer = SignedJWTParameters(
+                issuer=client_id, subject=client_id, signing_key=secret, signing_algorithm=algorithm
+            )
+            return PrivateKeyJWTOAuthProvider(
+                config.url,
+                _credentials_storage(config),
+                client_id=client_id,
+                assertion_provider=signer.create_assertion_provider(),
+                scope=scope or None,
+                issuer=issuer,
+            )
         return ClientCredentialsOAuthProvider(
             config.url,
             _credentials_storage(config),
@@ -325,6 +342,26 @@ def http_auth(config):
             issuer=issuer,
         )
     return None
+
+
+def signing_algorithm(secret):
+    """The JWS algorithm of a client secret that is a private key in PEM (private_key_jwt,
+    RFC 7523): ES256 for a P-256 key, RS256 for RSA; None for a shared secret. ValueError for a
+    PEM that is no key of these."""
+    if "-----BEGIN" not in secret:
+        return None
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    try:
+        key = load_pem_private_key(secret.encode(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"the private key cannot be read ({exc})") from None
+    if isinstance(key, rsa.RSAPrivateKey):
+        return "RS256"
+    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1":
+        return "ES256"
+    raise ValueError("the private key must be RSA or EC P-256 (RS256, ES256)")
 
 
 @functools.cache

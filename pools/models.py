@@ -246,7 +246,10 @@ class McpServer(models.Model):
         "authorization server supports neither client metadata documents nor registration.",
     )
     oauth_client_secret = SealedJSONField(
-        "OAuth client secret", default="", blank=True, help_text="Stored sealed."
+        "OAuth client secret",
+        default="",
+        blank=True,
+        help_text="A shared secret, or a private key in PEM (private_key_jwt). Stored sealed.",
     )
     oauth_scope = models.CharField(
         "OAuth scopes",
@@ -319,6 +322,12 @@ class McpServer(models.Model):
             for name, message in missing.items():
                 if not getattr(self, name):
                     raise ValidationError({name: message})
+            from pools.mcp_client import signing_algorithm
+
+            try:
+                signing_algorithm(self.oauth_client_secret)
+            except ValueError as exc:
+                raise ValidationError({"oauth_client_secret": f"{exc}."}) from None
 
     @property
     def oauth_state(self):

@@ -5,6 +5,7 @@ and client credentials, right and wrong."""
 
 import httpx
 import pytest
+from django.core.exceptions import ValidationError
 
 from agents.models import Agent
 from mcplet_host import gateway
@@ -109,3 +110,36 @@ def test_client_credentials_reach_the_server_as_the_host(calls, agent):
     )
     assert "invalid_client" in str(refused.value)
     assert len(calls("whoami")) == 1
+
+
+def test_a_private_key_signs_the_hosts_assertions(calls, agent, tmp_path):
+    """private_key_jwt (RFC 7523): the client secret field holds the host's key in PEM."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "host.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    with serve(calls_log=calls.path, jwt_clients={"signed-host": tmp_path / "host.pem"}) as base:
+        server = register(
+            base,
+            auth=McpServer.Auth.CLIENT_CREDENTIALS,
+            oauth_client_id="signed-host",
+            oauth_client_secret=private,
+            oauth_issuer=base,
+        )
+        server.full_clean()
+        assert discover(server, timeout=10).accepted == 1
+        assert gateway.call_tool(agent, "whoami", {}).status == "executed"
+    assert calls("whoami")[0]["subject"] == "signed-host"
+    server.oauth_client_secret = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----"
+    with pytest.raises(ValidationError, match="the private key cannot be read"):
+        server.full_clean()
