@@ -42,6 +42,35 @@ def load_the_mcp_sdk(**kwargs):
         importlib.import_module(module)
 
 
+@signals.worker_ready.connect
+def warm_the_sessions_of_a_thread_pool(sender=None, **kwargs):
+    """A worker of threads (runhost's, the tests') calls from this process: its sessions to
+    the enabled MCP servers open as it starts, not at its first call to each."""
+    if "prefork" not in type(getattr(sender, "pool", None)).__module__:
+        _warm_sessions()
+
+
+@signals.worker_process_init.connect
+def warm_the_sessions_of_a_child(**kwargs):
+    """A prefork child calls from its own process: the same, in each child."""
+    _warm_sessions()
+
+
+def _warm_sessions():
+    def warm():
+        from django.db import connections
+
+        from pools.sessions import sessions
+        from pools.watcher import enabled_configs
+
+        try:
+            sessions.warm(enabled_configs().values())
+        finally:
+            connections.close_all()  # this thread's own
+
+    threading.Thread(target=warm, name="mcp-warm", daemon=True).start()
+
+
 _import_lock = threading.Lock()
 
 

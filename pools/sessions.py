@@ -157,6 +157,18 @@ class SessionPool:
                 ).start()
             return self._event_loop
 
+    def warm(self, configs, timeout=30.0):
+        """Open a session to each server now (stdio: launch it), so that a worker's first call
+        to it is a warm one. A server that does not open is left to the first call (and the
+        watcher, which reports it); nothing waits here."""
+        loop = self._loop()
+        for config in configs:
+            asyncio.run_coroutine_threadsafe(self._warm(config, timeout), loop)
+
+    async def _warm(self, config, timeout):
+        with suppress(Exception):
+            await self._session(config, timeout)
+
     def call_tool(
         self, config, name, arguments, *, meta=None, timeout=30.0, asker=None, reply=None
     ):
