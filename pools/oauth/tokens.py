@@ -10,7 +10,6 @@ from django.db import connections
 from django.db.models import Q
 from django.utils import timezone
 
-from mcplet_host.locks import make_lock
 from pools.mcp_client import ServerUnreachable, describe
 from pools.oauth.models import OAuthGrant
 
@@ -34,6 +33,8 @@ def access_token(server, stale=""):
         )
     if grant.usable and not grant.due() and grant.access_token != stale:
         return grant.access_token
+    from mcplet_host.locks import make_lock  # redis-py: loaded by the first refresh, not at start
+
     lock, deadline = make_lock(f"oauth-refresh:{server.pk}", LOCK_SECONDS), time.monotonic()
     while not lock.acquire():
         if time.monotonic() - deadline > WAIT_SECONDS:
