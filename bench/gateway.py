@@ -124,11 +124,12 @@ def gateway_steps(call, agent, count):
     """The gateway call and each of its steps, timed in interleaved rounds (so that a change of
     machine load hits them all alike): {label: median ms}."""
     from mcplet_host import audit
+    from mcplet_host.authority import HOST
     from mcplet_host.gateway import checks, envelopes
     from pools.mcp_client import ServerConfig
     from pools.sessions import sessions
 
-    mcplet = checks.check("query_crm", ARGS, agent, None, "model")
+    mcplet = checks.check("query_crm", ARGS, agent, HOST, "model")
     config = ServerConfig.of(mcplet.server)
     result = sessions.call_tool(config, "query_crm", ARGS, timeout=30)
 
@@ -152,9 +153,9 @@ def gateway_steps(call, agent, count):
     )
     steps = {
         "gateway.call_tool, whole": call,
-        checked: lambda: checks.check("query_crm", ARGS, agent, None, "model"),
+        checked: lambda: checks.check("query_crm", ARGS, agent, HOST, "model"),
         "  _resolve (one query, joins server and pool)": lambda: checks._resolve("query_crm"),
-        "  _check_grants (one EXISTS query)": lambda: checks._check_grants(mcplet, agent, None),
+        "  _check_grants (one EXISTS query)": lambda: checks._check_grants(mcplet, agent, HOST),
         "  _check_arguments (JSON Schema)": lambda: checks._check_arguments(mcplet, ARGS),
         "  rate limit (Pool.take_call)": mcplet.pool.take_call,
         pool: lambda: sessions.call_tool(config, "query_crm", ARGS, timeout=30),
@@ -167,7 +168,7 @@ def gateway_steps(call, agent, count):
             seconds[label] += timed(func, 1)
     medians = {label: statistics.median(values) * 1000 for label, values in seconds.items()}
     medians["sum of checks, session pool, envelope, audit"] = sum(
-        medians[label] for label in (checks, pool, envelope, record_)
+        medians[label] for label in (checked, pool, envelope, record_)
     )
     return medians
 
