@@ -364,27 +364,31 @@ def signing_algorithm(secret):
     raise ValueError("the private key must be RSA or EC P-256 (RS256, ES256)")
 
 
+class MemoryTokenStorage:
+    """The SDK's TokenStorage, in memory: a process's client-credentials tokens, or one
+    connect flow's (pools.oauth.connect) until its grant is stored."""
+
+    def __init__(self, client_info=None):
+        self.tokens, self.client_info = None, client_info
+
+    async def get_tokens(self):
+        return self.tokens
+
+    async def set_tokens(self, tokens):
+        self.tokens = tokens
+
+    async def get_client_info(self):
+        return self.client_info
+
+    async def set_client_info(self, client_info):
+        self.client_info = client_info
+
+
 @functools.cache
 def _credentials_storage(config):
     """One token store per server configuration and process: a session reuses the token the
     last one got until it expires (an edited server is a new configuration)."""
-
-    class Storage:
-        tokens = client_info = None
-
-        async def get_tokens(self):
-            return self.tokens
-
-        async def set_tokens(self, tokens):
-            self.tokens = tokens
-
-        async def get_client_info(self):
-            return self.client_info
-
-        async def set_client_info(self, client_info):
-            self.client_info = client_info
-
-    return Storage()
+    return MemoryTokenStorage()
 
 
 def _oauth_refusal(exc):

@@ -16,7 +16,13 @@ from django.core.cache import cache
 from django.db import connections
 from django.utils import timezone
 
-from pools.mcp_client import ServerConfig, ServerUnreachable, describe, open_session
+from pools.mcp_client import (
+    MemoryTokenStorage,
+    ServerConfig,
+    ServerUnreachable,
+    describe,
+    open_session,
+)
 from pools.oauth.models import OAuthGrant
 
 FLOW_SECONDS = 600  # an operator has this long to approve at the authorization server
@@ -135,7 +141,7 @@ async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted)
     provider = _provider_class()(
         server.url,
         metadata,
-        _Registration(server, redirect_uri),
+        _registration(server, redirect_uri),
         redirect_handler=redirect,
         callback_handler=callback,
         client_metadata_url=client_metadata_url,
@@ -165,36 +171,24 @@ def _provider_class():
     return Provider
 
 
-class _Registration:
+def _registration(server, redirect_uri):
     """The SDK's token storage during one flow: the operator's own client ID (and secret) when
     given, else what CIMD or registration makes; the tokens are stored by `_keep` once the
     session opened with them, so a failed connect leaves a working grant as it was."""
+    from mcp.shared.auth import OAuthClientInformationFull
 
-    def __init__(self, server, redirect_uri):
-        from mcp.shared.auth import OAuthClientInformationFull
-
-        self.tokens, self.client_info = None, None
-        if server.oauth_client_id:
-            self.client_info = OAuthClientInformationFull(
-                client_id=server.oauth_client_id,
-                client_secret=server.oauth_client_secret or None,
-                redirect_uris=[redirect_uri],
-                token_endpoint_auth_method=(
-                    "client_secret_post" if server.oauth_client_secret else "none"
-                ),
-            )
-
-    async def get_tokens(self):
-        return self.tokens
-
-    async def set_tokens(self, tokens):
-        self.tokens = tokens
-
-    async def get_client_info(self):
-        return self.client_info
-
-    async def set_client_info(self, client_info):
-        self.client_info = client_info
+    if not server.oauth_client_id:
+        return MemoryTokenStorage()
+    return MemoryTokenStorage(
+        OAuthClientInformationFull(
+            client_id=server.oauth_client_id,
+            client_secret=server.oauth_client_secret or None,
+            redirect_uris=[redirect_uri],
+            token_endpoint_auth_method=(
+                "client_secret_post" if server.oauth_client_secret else "none"
+            ),
+        )
+    )
 
 
 def _keep(server, context, operator):
