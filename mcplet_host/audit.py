@@ -4,7 +4,7 @@ import json
 from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -53,22 +53,64 @@ def record(event_type, **fields):
 
 
 def record_many(events):
-    """Append events to the chain in order, taking the chain lock once."""
+    """Append events to the chain in order, holding the chain head once: on PostgreSQL for
+    one statement (`mcplet_audit_append`, migration 0006) unless the caller's transaction
+    holds it longer; elsewhere in a transaction of its own."""
     if not events:
         return []
+    now = timezone.now()
+    for item in events:
+        item.timestamp = now
+    if connection.vendor == "postgresql":
+        _append_in_one_statement(events)
+    else:
+        _append(events)
+    transaction.on_commit(
+        lambda: audit_recorded.send(sender=AuditEvent, events=events), robust=True
+    )
+    return events
+
+
+def _append_in_one_statement(events):
+    payload = [
+        {
+            "timestamp": item.timestamp.isoformat(),
+            "digest": item.content_digest(),
+            **{field: getattr(item, field) for field in COLUMNS},
+        }
+        for item in events
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT new_id, new_seq, new_prev, new_hash FROM mcplet_audit_append(%s::jsonb)",
+            [json.dumps(payload, cls=DjangoJSONEncoder)],
+        )
+        for item, row in zip(events, cursor.fetchall(), strict=True):
+            item.pk, item.seq, item.prev_hash, item.hash = row
+            item._state.adding, item._state.db = False, connection.alias
+
+
+COLUMNS = (
+    "trace_id",
+    "event_type",
+    "actor_type",
+    "actor_id",
+    "target_server",
+    "target_tool",
+    "result",
+    "details",
+)
+
+
+def _append(events):
     with transaction.atomic():
         head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
-        now = timezone.now()
         for item in events:
-            item.seq, item.timestamp, item.prev_hash = head.last_seq + 1, now, head.last_hash
+            item.seq, item.prev_hash = head.last_seq + 1, head.last_hash
             item.hash = item.compute_hash()
             head.last_seq, head.last_hash = item.seq, item.hash
         AuditEvent.objects.bulk_create(events)
         head.save(update_fields=["last_seq", "last_hash"])
-        transaction.on_commit(
-            lambda: audit_recorded.send(sender=AuditEvent, events=events), robust=True
-        )
-    return events
 
 
 @dataclass
@@ -99,7 +141,7 @@ def verify_chain(chunk_size=2000):
                 event.seq,
                 "its link to the previous event does not match (a row was removed or replaced)",
             )
-        if event.compute_hash() != event.hash:
+        if event.hash != event.compute_hash() and event.hash != event.legacy_hash():
             return count, ChainBreak(
                 event.seq, "its content does not match its hash (the row was edited)"
             )

@@ -74,12 +74,29 @@ class AuditEvent(models.Model):
             "details": self.details,
         }
 
+    def content_digest(self):
+        """SHA-256 of the event as MGP params (everything but its place in the chain)."""
+        canonical = json.dumps(
+            self.as_mgp(), sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
     def compute_hash(self):
+        """The link: the previous hash, this event's place and its content. PostgreSQL computes
+        the same in the append (migration 0006) while it holds the chain head."""
+        return chain_hash(self.prev_hash, self.seq, self.content_digest())
+
+    def legacy_hash(self):
+        """How events appended before migration 0006 were hashed (one JSON of all fields)."""
         payload = {"seq": self.seq, "prev_hash": self.prev_hash, **self.as_mgp()}
         canonical = json.dumps(
             payload, sort_keys=True, separators=(",", ":"), cls=DjangoJSONEncoder
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def chain_hash(prev_hash, seq, digest):
+    return hashlib.sha256(f"{prev_hash}:{seq}:{digest}".encode()).hexdigest()
 
 
 class AuditChainHead(models.Model):
@@ -90,3 +107,15 @@ class AuditChainHead(models.Model):
 
     def __str__(self):
         return f"audit chain head at #{self.last_seq}"
+
+
+class RegistryVersion(models.Model):
+    """One row whose `token` database triggers replace at every write to what the gateway
+    checks (MCPlets, servers, pools, agents, their pool grants), in the writer's transaction,
+    whoever writes: the ORM, a queryset update, raw SQL, another process. The gateway keeps
+    what it read while the token stays the same (mcplet_host.gateway.registry)."""
+
+    token = models.CharField(max_length=64)
+
+    def __str__(self):
+        return f"registry version {self.token}"

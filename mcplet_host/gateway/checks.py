@@ -1,12 +1,14 @@
 """The gateway's checks (docs/design.md, "One tool call, end to end", steps 1–5): routable,
 surface, grants, arguments, pool policy — each refusal a `Refusal` naming its rule."""
 
+from dataclasses import replace
+
 from django.apps import apps
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
-from mcplet_host import storable
+from mcplet_host import registry, storable
 from mcplets import ErrorCode
 from pools.models import Mcplet
 
@@ -24,12 +26,8 @@ class Refusal(Exception):
         return {"rule": self.rule, "code": self.code, "message": self.message}
 
 
-def _granted(agent):
-    return agent.accessible_pools.through.objects.filter(agent_id=agent.pk).values("pool_id")
-
-
-def _resolve(tool):
-    mcplet = Mcplet.objects.routable().select_related("server", "pool").filter(name=tool).first()
+def _resolve(tool, snapshot):
+    mcplet = snapshot.tool(tool)
     if mcplet is None:
         known = Mcplet.objects.select_related("pool").filter(name=tool).first()
         detail = f" ({known.unroutable_reason})" if known else ""
@@ -51,24 +49,32 @@ def _check_surface(mcplet, surface):
         )
 
 
-def _principals(authority):
-    """The external principals' agents, in the authority's order; refused if one is gone."""
-    found = {a.agent_id: a for a in agents().filter(agent_id__in=authority.external_principals)}
-    for agent_id in authority.external_principals:
-        if agent_id not in found:
-            raise Refusal(
-                "X_ACCESS_DENIED", f"The partner {agent_id} this work acts for is unknown.", "agent"
+def _holders(agent, authority, snapshot):
+    """The calling agent, then the external principals' agents in the authority's order, as the
+    database has them now (the caller also disabled if the instance it passed says so);
+    refused if one is gone."""
+    holders = []
+    for agent_id in (agent.agent_id, *authority.external_principals):
+        holder = snapshot.holder(agent_id)
+        if holder is None:
+            message = (
+                f"The partner {agent_id} this work acts for is unknown."
+                if holders
+                else f"The agent {agent_id} is unknown."
             )
-    return [found[agent_id] for agent_id in authority.external_principals]
+            raise Refusal("X_ACCESS_DENIED", message, "agent")
+        holders.append(holder)
+    holders[0] = replace(holders[0], enabled=holders[0].enabled and agent.enabled)
+    return holders
 
 
-def _check_grants(mcplet, agent, authority):
+def _check_grants(mcplet, agent, authority, snapshot):
     """The calling agent's grants ∩ those of every external principal it acts for (§3.6,
     §16.1, §16.4: whatever the task's payload says)."""
-    for holder in (agent, *_principals(authority)):
+    for holder in _holders(agent, authority, snapshot):
         if not holder.enabled:
             raise Refusal("X_ACCESS_DENIED", f"The agent {holder.agent_id} is disabled.", "agent")
-        if mcplet.pool_id and not _granted(holder).filter(pool_id=mcplet.pool_id).exists():
+        if mcplet.pool_id and mcplet.pool_id not in holder.pool_ids:
             raise Refusal(
                 "X_ACCESS_DENIED",
                 f"{mcplet.name} belongs to the pool {mcplet.pool.name}, which is not granted to "
@@ -131,9 +137,10 @@ def _check_input(tool, surface, arguments):
 
 def check(mcplet_or_name, arguments, agent, authority, surface):
     _check_input(mcplet_or_name, surface, arguments)
-    mcplet = _resolve(mcplet_or_name)
+    snapshot = registry.current()
+    mcplet = _resolve(mcplet_or_name, snapshot)
     _check_surface(mcplet, surface)
-    _check_grants(mcplet, agent, authority)
+    _check_grants(mcplet, agent, authority, snapshot)
     _check_arguments(mcplet, arguments)
     _check_policy(mcplet, arguments)  # last: a refused call must not use up the rate limit
     return mcplet

@@ -6,7 +6,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from mcplet_host import audit
-from mcplet_host.models import AuditEvent
+from mcplet_host.models import AuditChainHead, AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -158,3 +158,32 @@ def test_hostile_text_is_recorded_written_out_and_the_chain_holds():
         "ok": "café 😀",
     }
     assert audit.verify_chain() == (1, None)
+
+
+def test_the_stored_link_is_the_models_own():
+    """PostgreSQL hashes in the append statement: what it stored is what the model computes
+    from the row as read back (the content digest, the place, the previous hash)."""
+    first, second = write_events(2)
+    for event in (first, second):
+        stored = AuditEvent.objects.get(seq=event.seq)
+        assert (stored.pk, stored.hash, stored.prev_hash) == (event.pk, event.hash, event.prev_hash)
+        assert stored.hash == stored.compute_hash() != stored.legacy_hash()
+    assert second.prev_hash == first.hash
+
+
+def test_events_hashed_before_the_one_statement_append_still_verify():
+    """A chain begun under the old link (one JSON of every field) goes on under the new one:
+    intact, and an edit to an old row is still named."""
+    old = write_events(3)
+    prev = "0" * 64
+    for event in old:  # rewrite the links as migration 0006's predecessors made them
+        event.prev_hash = prev
+        event.hash = event.legacy_hash()
+        AuditEvent.objects.filter(pk=event.pk).update(prev_hash=event.prev_hash, hash=event.hash)
+        prev = event.hash
+    AuditChainHead.objects.filter(pk=1).update(last_hash=prev)
+    write_events(2)
+    assert audit.verify_chain() == (5, None)
+    AuditEvent.objects.filter(seq=2).update(actor_id="someone-else")
+    checked, broken = audit.verify_chain()
+    assert (checked, broken.seq) == (1, 2) and "edited" in broken.reason

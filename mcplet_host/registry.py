@@ -1,0 +1,151 @@
+"""What the gateway checks, read once per process and kept while it is current: each routable
+MCPlet by name (with its server and pool), and each agent's enabled flag and granted pools.
+
+Database triggers replace the registry's version token (`RegistryVersion`) at every write to
+those tables, in the writer's own transaction, whoever writes — the ORM, a queryset update, raw
+SQL, another process. Every check reads the token first (one row by primary key); what is kept
+under another token is dropped. A committed change moves the token and the data at once, and
+what is loaded after reading a token is at least as new as it: a kept answer is never older
+than the database's own answer at that read."""
+
+import threading
+from dataclasses import dataclass
+
+from django.apps import apps
+from django.db import DEFAULT_DB_ALIAS, connections
+
+# The tables whose rows decide a check, as (app label, model, through field or "").
+WATCHED = (
+    ("pools", "Mcplet", ""),
+    ("pools", "McpServer", ""),
+    ("pools", "Pool", ""),
+    ("agents", "Agent", ""),
+    ("agents", "Agent", "accessible_pools"),
+)
+TRIGGER = "mcplet_registry_changed"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """An agent as a check sees it: whether it may act, and the pools granted to it."""
+
+    agent_id: str
+    enabled: bool
+    pool_ids: frozenset
+
+
+class Snapshot:
+    """What was read under one token. Entries are added as they are first needed; a name that
+    resolves to nothing is not kept (a model may invent any number of names)."""
+
+    def __init__(self, token):
+        self.token = token
+        self._tools, self._holders = {}, {}
+
+    def tool(self, name):
+        if name not in self._tools:
+            found = (
+                apps.get_model("pools", "Mcplet")
+                .objects.routable()
+                .select_related("server", "pool")
+                .filter(name=name)
+                .first()
+            )
+            if found is None or self.token is None:
+                return found
+            self._tools[name] = found
+        return self._tools[name]
+
+    def holder(self, agent_id):
+        if agent_id not in self._holders:
+            rows = list(
+                apps.get_model("agents", "Agent")
+                .objects.filter(agent_id=agent_id)
+                .values_list("enabled", "accessible_pools")
+            )
+            if not rows:
+                return None
+            found = Holder(agent_id, rows[0][0], frozenset(p for _, p in rows if p is not None))
+            if self.token is None:
+                return found
+            self._holders[agent_id] = found
+        return self._holders[agent_id]
+
+
+_kept = Snapshot(None)
+_lock = threading.Lock()
+
+
+def current(using=DEFAULT_DB_ALIAS):
+    """The snapshot for the registry as it is now (a fresh one whenever the token moved; one
+    that keeps nothing while the token row is missing, e.g. just after a flush)."""
+    global _kept
+    table = apps.get_model("mcplet_host", "RegistryVersion")._meta.db_table
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT token FROM {table} WHERE id = 1")  # noqa: S608 (our own name)
+        row = cursor.fetchone()
+    token = row[0] if row else None
+    kept = _kept
+    if token is None or kept.token != token:
+        kept = Snapshot(token)
+        with _lock:
+            _kept = kept
+    return kept
+
+
+def _tables():
+    for app_label, model_name, field in WATCHED:
+        model = apps.get_model(app_label, model_name)
+        if field:
+            model = model._meta.get_field(field).remote_field.through
+        yield model._meta.db_table
+
+
+def _renew(vendor, table):
+    """The statement(s) that give the token a new random value, or None without triggers.
+    SQLite's: no INSERT that could conflict, since a trigger's conflict policy is the outer
+    statement's (Django's m2m `add` is an INSERT OR IGNORE, which would leave the token)."""
+    if vendor == "postgresql":
+        return (
+            f"INSERT INTO {table} (id, token) VALUES (1, gen_random_uuid()::text) "  # noqa: S608
+            "ON CONFLICT (id) DO UPDATE SET token = EXCLUDED.token"
+        )
+    if vendor == "sqlite":
+        return (
+            f"INSERT INTO {table} (id, token) SELECT 1, '' "  # noqa: S608
+            f"WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE id = 1); "
+            f"UPDATE {table} SET token = hex(randomblob(16)) WHERE id = 1"
+        )
+    return None  # no triggers, no token: nothing is kept and every check reads the database
+
+
+def install_triggers(using=DEFAULT_DB_ALIAS, **_):
+    """(Re)create the triggers that move the token; idempotent, run after every migrate."""
+    connection = connections[using]
+    version = apps.get_model("mcplet_host", "RegistryVersion")._meta.db_table
+    renew = _renew(connection.vendor, version)
+    tables = [version, *_tables()]
+    if renew is None or not set(tables) <= set(connection.introspection.table_names()):
+        return  # a migrate back past one of them: the next migrate forward installs them
+    statements = []
+    if connection.vendor == "postgresql":
+        statements.append(
+            f"CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN {renew}; RETURN NULL; END $$"
+        )
+        for table in tables[1:]:
+            statements += [
+                f"DROP TRIGGER IF EXISTS {TRIGGER} ON {table}",
+                f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "
+                f"{table} FOR EACH STATEMENT EXECUTE FUNCTION {TRIGGER}()",
+            ]
+    else:  # SQLite: row triggers only, and a rebuilt table has lost its triggers
+        for table in tables[1:]:
+            for event in ("INSERT", "UPDATE", "DELETE"):
+                statements.append(
+                    f"CREATE TRIGGER IF NOT EXISTS {TRIGGER}_{table}_{event.lower()} "
+                    f"AFTER {event} ON {table} BEGIN {renew}; END"
+                )
+    with connection.cursor() as cursor:
+        for statement in [*statements, *renew.split("; ")]:
+            cursor.execute(statement)
