@@ -4,13 +4,12 @@ names are published on Redis; a stream subscribes to its task's trace and re-rea
 each announcement. The embedded mode (no Redis, one process) re-reads every EMBEDDED_PERIOD."""
 
 import asyncio
-import logging
+import os
 
-import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
-log = logging.getLogger(__name__)
+from mcplet_host import background
 
 PREFIX = "mcplet:a2a:trace:"
 EMBEDDED_PERIOD = 0.5
@@ -18,18 +17,23 @@ _publisher = None
 
 
 def announce(sender, events, **kwargs):
-    """audit_recorded's receiver (after the commit): never raises into the audited work."""
-    global _publisher
+    """audit_recorded's receiver (after the commit): queues the publications on the process's
+    loop for such sends (mcplet_host.background), never raising into the audited work."""
     if settings.REDIS_URL is None:
         return
-    traces = {event.trace_id for event in events if event.trace_id}
-    try:
-        if _publisher is None:
-            _publisher = redis.Redis.from_url(settings.REDIS_URL)
-        for trace in traces:
-            _publisher.publish(PREFIX + trace, "1")
-    except redis.RedisError as exc:  # streams still see the change at their next heartbeat
-        log.warning("a2a announcement failed: %s: %s", type(exc).__name__, exc)
+    traces = sorted({event.trace_id for event in events if event.trace_id})
+    if traces:
+        background.sends.submit(lambda: _publish(traces), "a2a announcement")
+
+
+async def _publish(traces):
+    """On the background loop (one per process: a forked child starts its own, and its own
+    client), so the client lives and dies with that loop."""
+    global _publisher
+    if _publisher is None or _publisher[0] != os.getpid():
+        _publisher = (os.getpid(), aioredis.from_url(settings.REDIS_URL))
+    for trace in traces:
+        await _publisher[1].publish(PREFIX + trace, "1")
 
 
 class Listener:

@@ -123,7 +123,7 @@ async def direct_calls(url, count):
 def gateway_steps(call, agent, count):
     """The gateway call and each of its steps, timed in interleaved rounds (so that a change of
     machine load hits them all alike): {label: median ms}."""
-    from mcplet_host import audit
+    from mcplet_host import audit, registry
     from mcplet_host.authority import HOST
     from mcplet_host.gateway import checks, envelopes
     from pools.mcp_client import ServerConfig
@@ -154,8 +154,11 @@ def gateway_steps(call, agent, count):
     steps = {
         "gateway.call_tool, whole": call,
         checked: lambda: checks.check("query_crm", ARGS, agent, HOST, "model"),
-        "  _resolve (one query, joins server and pool)": lambda: checks._resolve("query_crm"),
-        "  _check_grants (one EXISTS query)": lambda: checks._check_grants(mcplet, agent, HOST),
+        "  registry.current (reads the version token)": registry.current,
+        "  _resolve (kept)": lambda: checks._resolve("query_crm", registry.current()),
+        "  _check_grants (kept)": lambda: checks._check_grants(
+            mcplet, agent, HOST, registry.current()
+        ),
         "  _check_arguments (JSON Schema)": lambda: checks._check_arguments(mcplet, ARGS),
         "  rate limit (Pool.take_call)": mcplet.pool.take_call,
         pool: lambda: sessions.call_tool(config, "query_crm", ARGS, timeout=30),

@@ -3,13 +3,11 @@
 Connected in `DashboardConfig.ready()`. Every broadcast happens after the commit (never a state
 that may roll back) and is best-effort: a down channel layer is logged, never raised into the
 gateway, the runner or the audit trail that triggered it. The caller only hands the message
-over; the send happens on an event loop of its own (see `Sender`).
+over; the send happens on the process's loop for such sends (mcplet_host.background).
 """
 
 import asyncio
 import logging
-import os
-import threading
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
@@ -18,6 +16,7 @@ from django.urls import reverse
 
 from agents.models import AgentRun
 from held.models import Ceremony
+from mcplet_host import background
 from mcplet_host.signals import audit_recorded
 
 log = logging.getLogger(__name__)
@@ -26,51 +25,6 @@ GROUP = "dashboard"
 MESSAGE_TYPE = "dashboard.message"  # handled by DashboardConsumer.dashboard_message
 
 
-class Sender:
-    """One thread per process running an event loop that sends the group messages in order.
-
-    `async_to_sync(group_send)` in the caller would cost it a new event loop and a new Redis
-    connection per message (~10 ms on every audited tool call); here the caller only queues, and
-    the layer keeps its connections on this loop. Started lazily and again after a fork (Celery's
-    prefork children do not inherit threads)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._pid = None
-
-    def submit(self, layer, message):
-        if self._pid != os.getpid():
-            self._start()
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, (layer, message))
-
-    def _start(self):
-        with self._lock:
-            if self._pid == os.getpid():
-                return
-            self._loop = asyncio.new_event_loop()
-            self._queue = asyncio.Queue()
-            ready = threading.Event()
-            threading.Thread(
-                target=self._run, args=(ready,), name="dashboard-broadcast", daemon=True
-            ).start()
-            ready.wait(5)
-            self._pid = os.getpid()
-
-    def _run(self, ready):
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(ready.set)
-        self._loop.run_until_complete(self._pump())
-
-    async def _pump(self):
-        while True:
-            layer, message = await self._queue.get()
-            try:
-                await layer.group_send(GROUP, message)
-            except Exception as exc:  # the layer is down: this message is lost, not the next
-                log.warning("dashboard broadcast failed: %s: %s", type(exc).__name__, exc)
-
-
-sender = Sender()
 # The in-memory layer (embedded mode) lives in one process, on the loop serving the websockets;
 # the consumer records that loop, and messages are handed to it (an asyncio queue is not woken
 # from another thread's loop).
@@ -84,7 +38,7 @@ def broadcast(payload):
             return
         message = {"type": MESSAGE_TYPE, "payload": payload}
         if not isinstance(layer, InMemoryChannelLayer):
-            sender.submit(layer, message)
+            background.sends.submit(lambda: layer.group_send(GROUP, message), "dashboard broadcast")
         elif serving_loop is not None and not serving_loop.is_closed():
             asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), serving_loop)
     except Exception as exc:  # the caller's work is done: never undo it for us
