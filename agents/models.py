@@ -328,20 +328,18 @@ class AgentRun(models.Model):
     def total_tokens(self):
         return self.prompt_tokens + self.completion_tokens
 
-    def claim(self, owner):
+    @classmethod
+    def claim(cls, run_id, owner):
         """Take the run's lease so one worker at a time advances it (a dead worker's lease
         simply expires). True if taken."""
         now = timezone.now()
-        taken = (
-            AgentRun.objects.filter(pk=self.pk, status=self.Status.RUNNING)
+        return bool(
+            cls.objects.filter(pk=run_id, status=cls.Status.RUNNING)
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
             .update(
                 lease_until=now + timedelta(seconds=settings.MCPLET_RUN_LEASE), lease_owner=owner
             )
         )
-        if taken:
-            self.refresh_from_db()
-        return bool(taken)
 
     @classmethod
     def stalled(cls, since):

@@ -70,10 +70,9 @@ def _opening(agent, request):
 
 def advance(run_id):
     owner = secrets.token_hex(8)
-    while True:
+    while AgentRun.claim(run_id, owner):  # else finished, waiting, or another worker holds it
+        # Read once the lease is ours: whatever the worker before us saved is in it.
         run = AgentRun.objects.select_related("agent", "request").get(pk=run_id)
-        if not run.claim(owner):
-            return run  # finished, waiting, or another worker holds it
         try:
             if run.agent.kind == run.agent.Kind.REMOTE:
                 status, outcome = remote.RemoteCall(run).outcome()
@@ -93,7 +92,7 @@ def advance(run_id):
             run.status == AgentRun.Status.AWAITING_APPROVAL
             and AgentRun.objects.filter(pk=run_id, status=AgentRun.Status.RUNNING).exists()
         ):
-            return run
+            return
 
 
 def resume(ceremony_id, ref):

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from a2a import bus
@@ -22,8 +23,10 @@ def deliver(message_id, signature):
     request, reason = bus.authenticate(message_id, signature)
     code = "X_REFUSED"
     if not reason:
-        sender = Agent.objects.filter(agent_id=request.sender_id).first()
-        recipient = Agent.objects.filter(agent_id=request.recipient_id).first()
+        found = Agent.objects.in_bulk(
+            {request.sender_id, request.recipient_id}, field_name="agent_id"
+        )
+        sender, recipient = found.get(request.sender_id), found.get(request.recipient_id)
         if not request.external and (sender is None or not sender.on_bus or not sender.enabled):
             reason = f"the sender {request.sender_id!r} is not a registered internal agent"
         elif recipient is None or not recipient.on_bus:
@@ -35,8 +38,9 @@ def deliver(message_id, signature):
     if reason:
         bus.refuse(message_id, request, reason, code)
         return
-    run = runner.start(request, recipient)
-    bus.mark_delivered(request)
+    with transaction.atomic():  # one commit for the run and the request's new state
+        run = runner.start(request, recipient)
+        bus.mark_delivered(request)
     runner.advance(run.pk)
 
 

@@ -620,17 +620,17 @@ def print_pieces(rows, queries, breakdown):
     tree = [
         ("agents.deliver, whole", deliver),
         ("  bus.authenticate (SELECT request, verify signature)", get("authenticate")),
-        ("  sender + recipient look-ups (2 SELECTs), rest of deliver", deliver_rest),
+        ("  sender + recipient look-up (1 SELECT), rest of deliver", deliver_rest),
         ("  runner.start (get_or_create AgentRun, in a transaction)", get("start")),
         ("  bus.mark_delivered (UPDATE)", get("mark_delivered")),
         ("  runner.advance", get("advance")),
-        ("    AgentRun.claim (UPDATE lease + refresh_from_db)", get("claim")),
+        ("    AgentRun.claim (UPDATE lease)", get("claim")),
         ("    runner.finish (from the Echo handler)", get("finish")),
         ("      run.save() (all columns) and the rest of finish", finish_rest),
         ("      bus.respond (build + validate, INSERT, UPDATE state)", get("respond")),
-        ("      audit.record (chain lock, INSERT, UPDATE head)", get("audit")),
+        ("      audit.record (one statement on PostgreSQL)", get("audit")),
         ("    AgentRun.release (UPDATE)", get("release")),
-        ("    load run (select_related), import handler, rest", advance_rest),
+        ("    load run after the lease (select_related), handler, rest", advance_rest),
     ]
     print("\n   agents.deliver in process, broken down (mean per message):")
     for label, seconds in tree:

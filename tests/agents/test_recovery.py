@@ -162,7 +162,7 @@ def test_a_run_whose_worker_died_is_advanced_again_after_its_lease(registry, scr
         context_id=str(request.context_id),
         transcript=[{"role": "user", "content": "Your task: {}"}],
     )
-    assert run.claim("a-worker-then-SIGKILLed")
+    assert AgentRun.claim(run.pk, "a-worker-then-SIGKILLed")
     lose_what_is_queued()
     app.conf.task_always_eager = True
     AgentRun.objects.filter(pk=run.pk).update(updated_at=timezone.now() - LONG_AGO)
