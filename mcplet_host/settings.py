@@ -157,7 +157,7 @@ if EMBEDDED:
 else:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "mcplet_host.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "mcplet",
         }

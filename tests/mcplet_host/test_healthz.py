@@ -32,7 +32,7 @@ def test_broker_down_is_named(client):
 def test_cache_down_is_named(client):
     unreachable = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "mcplet_host.cache.RedisCache",
             "LOCATION": UNREACHABLE_REDIS,
         }
     }

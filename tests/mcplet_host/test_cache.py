@@ -1,0 +1,36 @@
+"""The Redis cache keeps one client per connection pool, and does what Django's does."""
+
+import threading
+import uuid
+
+import pytest
+from django.core.cache import cache
+
+pytestmark = pytest.mark.services
+
+
+def test_one_client_serves_every_command():
+    client = cache._cache.get_client()
+    assert cache._cache.get_client(write=True) is client
+    key = f"test-cache-{uuid.uuid4().hex}"
+    assert cache.add(key, 0, 30) and not cache.add(key, 5, 30)
+    assert [cache.incr(key) for _ in range(3)] == [1, 2, 3]
+    assert cache.get(key) == 3 and cache.get_many([key, "absent"]) == {key: 3}
+    cache.delete(key)
+    assert cache.get(key, "gone") == "gone"
+
+
+def test_threads_share_it_safely():
+    key = f"test-cache-{uuid.uuid4().hex}"
+    cache.add(key, 0, 30)
+
+    def bump():
+        for _ in range(200):
+            cache.incr(key)
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert cache.get(key) == 800
