@@ -23,6 +23,7 @@ WATCHED = (
     ("agents", "Agent", "accessible_pools"),
 )
 TRIGGER = "mcplet_registry_changed"
+EVENTS = ("INSERT", "UPDATE", "DELETE")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,20 @@ def _renew(vendor, table):
     return None  # no triggers, no token: nothing is kept and every check reads the database
 
 
+def drop_triggers(connection):
+    """Undo install_triggers (migrating RegistryVersion's table away)."""
+    names = [table for table in _tables() if table in connection.introspection.table_names()]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for table in names:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {TRIGGER} ON {table}")
+            cursor.execute(f"DROP FUNCTION IF EXISTS {TRIGGER}()")
+        elif connection.vendor == "sqlite":
+            for table in names:
+                for event in EVENTS:
+                    cursor.execute(f"DROP TRIGGER IF EXISTS {TRIGGER}_{table}_{event.lower()}")
+
+
 def install_triggers(using=DEFAULT_DB_ALIAS, **_):
     """(Re)create the triggers that move the token; idempotent, run after every migrate."""
     connection = connections[using]
@@ -141,7 +156,7 @@ def install_triggers(using=DEFAULT_DB_ALIAS, **_):
             ]
     else:  # SQLite: row triggers only, and a rebuilt table has lost its triggers
         for table in tables[1:]:
-            for event in ("INSERT", "UPDATE", "DELETE"):
+            for event in EVENTS:
                 statements.append(
                     f"CREATE TRIGGER IF NOT EXISTS {TRIGGER}_{table}_{event.lower()} "
                     f"AFTER {event} ON {table} BEGIN {renew}; END"

@@ -172,3 +172,24 @@ def test_the_triggers_on_sqlite(tmp_path):
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["ok", "8"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrating_the_token_away_takes_its_triggers_along():
+    """Back before the token's table, the watched tables are written as before (no trigger
+    left writing to a table that is gone); forward again, the token moves once more."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    from mcplet_host.registry import install_triggers
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("mcplet_host", "0004_recovery_schedules")])
+    try:
+        Pool.objects.create(name="written-while-migrated-back")
+    finally:
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+        install_triggers()  # as `migrate` does after every run
+    before = current().token
+    Pool.objects.create(name="written-after")
+    assert before and current().token != before
