@@ -155,3 +155,18 @@ def test_both_processes_serve_the_live_stream(served, session_cookie, settings):
             while trace not in (message := socket.recv(timeout=30)):
                 pass  # another event on this prefix (none expected): skipped
             assert json.loads(message)["type"] == "audit"
+
+
+def test_several_processes_need_redis():
+    """Without REDIS_URL each process would keep its own cache (passkey challenges), channel
+    layer and broker: refused before anything listens."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--port", str(free_port())],
+        cwd=ROOT,
+        env={**environment(MCPLET_WEB_PROCESSES="2"), "REDIS_URL": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "2 web processes need REDIS_URL" in result.stderr

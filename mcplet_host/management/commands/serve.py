@@ -4,7 +4,7 @@ import os
 import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 APPLICATION = "mcplet_host.asgi:application"
 
@@ -53,8 +53,15 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, processes, app, **options):
         if processes < 1:
-            self.stderr.write("--processes must be at least 1.")
-            sys.exit(2)
+            raise CommandError("--processes must be at least 1.")
+        if processes > 1 and settings.EMBEDDED:
+            # Each process would have a cache, channel layer and broker of its own: a challenge
+            # issued by one is unknown to the next, a live event reaches one process's sockets.
+            raise CommandError(
+                f"{processes} web processes need REDIS_URL (they share the cache, the channel "
+                "layer and the broker through Redis): set it, or MCPLET_WEB_PROCESSES=1, or run "
+                "the embedded host with `manage.py runhost`."
+            )
         command = uvicorn_command(app, host, port, processes)
         self.stdout.write(
             f"MCPlet Host web on http://{host}:{port}/ — {processes} process"
