@@ -266,12 +266,14 @@ async def _load(url, spec, clients, warmup, seconds):
 def load(url, name, spec, args, server_pid):
     print(f"  {name}: {args.warmup:g} s warm-up, {args.seconds:g} s timed ...", flush=True)
     cpu_client, cpu_server = time.process_time(), web.tree_cpu_seconds(server_pid)
+    machine = web.machine_busy()
     latencies, statuses, elapsed = asyncio.run(
         _load(url, spec, args.clients, args.warmup, args.seconds)
     )
     total = args.warmup + args.seconds
     cpu_client = (time.process_time() - cpu_client) * args.seconds / total
     cpu_server = (web.tree_cpu_seconds(server_pid) - cpu_server) * args.seconds / total
+    busy, all_cpus = (b - a for a, b in zip(machine, web.machine_busy(), strict=True))
     n = len(latencies)
     return {
         "expected": spec[0],
@@ -282,6 +284,8 @@ def load(url, name, spec, args, server_pid):
         # CPU over the whole phase (warm-up included), scaled to the timed part: approximate
         "server_cpu_ms": cpu_server / n * 1000 if n else float("nan"),
         "client_cpu_ms": cpu_client / n * 1000 if n else float("nan"),
+        # every process on the machine (PostgreSQL, Redis, this client, anything else running)
+        "machine_busy": busy / all_cpus if all_cpus else float("nan"),
     }
 
 

@@ -74,6 +74,14 @@ def tree_rss_mb(pid):
     return total
 
 
+def machine_busy():
+    """(busy, total) CPU ticks of the whole machine so far, all CPUs (/proc/stat): how close
+    to saturated the machine was over a phase, whoever used it."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
 def log_tail(path, what):
     tail = Path(path).read_text(errors="replace")[-3000:]
     print(f"--- {what} log ({path}), last lines ---\n{tail}", file=sys.stderr)
@@ -129,15 +137,22 @@ def print_scaling(by_processes):
         return
     counts = list(by_processes)
     first = by_processes[counts[0]]
-    print("\nBy web processes: req/s, server CPU ms per request (all the server's processes)")
-    head = f"  {'kind':<18}" + "".join(f" {str(c):>16}" for c in counts)
+    print(
+        "\nBy web processes: req/s, server CPU ms per request (all the server's processes), "
+        "machine busy % (all CPUs)"
+    )
+    head = f"  {'kind':<18}" + "".join(f" {str(c):>21}" for c in counts)
     head += "".join(f" {f'{c}/{counts[0]}':>14}" for c in counts[1:])
     print(head + "   (ratios: req/s; CPU)")
     for name in first:
         row = f"  {name:<18}"
         for c in counts:
             r = by_processes[c].get(name)
-            row += f" {r['rps']:>8.1f} {r['server_cpu_ms']:>7.2f}" if r else f" {'-':>16}"
+            row += (
+                f" {r['rps']:>8.1f} {r['server_cpu_ms']:>7.2f} {r['machine_busy']:>4.0%}"
+                if r
+                else f" {'-':>21}"
+            )
         for c in counts[1:]:
             r = by_processes[c].get(name)
             base = first[name]
