@@ -80,8 +80,8 @@ def parse_args(argv=None):
         "--web-processes",
         type=web.parse_processes,
         default=[1],
-        help="the server's process counts, one server each in turn, e.g. 1,2 or daphne,1,2 "
-        "(default: 1)",
+        help="the server's process counts, one server each in turn, e.g. 1,2 or daphne,1,2; a "
+        "count repeated (1,2,1,2) runs again, to see the drift of a busy machine (default: 1)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="timed seconds per kind")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
@@ -471,9 +471,9 @@ def run(args, raw_key, queue, workdir):
     )
     specs, by_processes = kinds(raw_key), {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for processes in args.web_processes:
-        results = by_processes[processes] = {}
-        log = workdir / f"server-{processes}.log"
+    for label, processes in web.labelled(args.web_processes):
+        results = by_processes[label] = {}
+        log = workdir / f"server-{label}.log"
         with web.server(env, log, processes) as (url, process):
             print(f"{web.describe(processes)} up at {url} (MCPLET_A2A_WAIT=0, no worker)")
             for name in ("trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC"):
@@ -482,8 +482,8 @@ def run(args, raw_key, queue, workdir):
         if args.worker:
             worker_env = {**env, "MCPLET_A2A_WAIT": "5"}
             with (
-                celery_worker(queue, worker_env, workdir / f"worker-{processes}.log"),
-                web.server(worker_env, workdir / f"server-{processes}-answered.log", processes) as (
+                celery_worker(queue, worker_env, workdir / f"worker-{label}.log"),
+                web.server(worker_env, workdir / f"server-{label}-answered.log", processes) as (
                     url,
                     process,
                 ),

@@ -43,6 +43,14 @@ def parse_processes(text):
     return [DAPHNE if part == DAPHNE else int(part) for part in text.split(",") if part]
 
 
+def labelled(counts):
+    """(label, count) for each count in turn: the count, then "<count>#2" when it repeats."""
+    seen = {}
+    for count in counts:
+        seen[count] = seen.get(count, 0) + 1
+        yield (str(count) if seen[count] == 1 else f"{count}#{seen[count]}"), count
+
+
 def tree(pid):
     """`pid` and all its descendants (from /proc)."""
     children = {}
