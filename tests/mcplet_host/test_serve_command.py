@@ -8,6 +8,7 @@ import copy
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -39,6 +40,14 @@ def worker_pids(parent):
         if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in cmdline:
             found.add(int(entry.name))
     return found
+
+
+def running(pid):
+    """Not ended (a zombie, waiting for whoever adopted it to reap it, has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def serving_pid(server_port, client_port, pids):
@@ -129,7 +138,7 @@ def test_both_processes_serve_the_live_stream(served, session_cookie, settings):
     sockets, holders = [], set()
     with contextlib.ExitStack() as opened:
         for _ in range(ATTEMPTS):
-            socket = opened.enter_context(
+            ws = opened.enter_context(
                 connect(
                     f"ws://localhost:{port}/ws/dashboard/",
                     origin=f"http://localhost:{port}",
@@ -137,9 +146,9 @@ def test_both_processes_serve_the_live_stream(served, session_cookie, settings):
                     open_timeout=30,
                 )
             )
-            sockets.append(socket)
-            assert json.loads(socket.recv(timeout=30)) == {"type": "hello", "user": "operator"}
-            holders.add(serving_pid(port, socket.socket.getsockname()[1], pids))
+            sockets.append(ws)
+            assert json.loads(ws.recv(timeout=30)) == {"type": "hello", "user": "operator"}
+            holders.add(serving_pid(port, ws.socket.getsockname()[1], pids))
             if holders == pids:
                 break
         assert holders == pids
@@ -151,10 +160,21 @@ def test_both_processes_serve_the_live_stream(served, session_cookie, settings):
         trace = str(uuid.uuid4())
         audit.record("TOOL_EXECUTED", actor_type="agent", actor_id="info",
                      target_tool="query_crm", trace_id=trace)  # fmt: skip
-        for socket in sockets:
-            while trace not in (message := socket.recv(timeout=30)):
+        for ws in sockets:
+            while trace not in (message := ws.recv(timeout=30)):
                 pass  # another event on this prefix (none expected): skipped
             assert json.loads(message)["type"] == "audit"
+
+
+def test_the_workers_end_with_a_killed_supervisor(served):
+    """SIGKILL leaves uvicorn's supervisor no time to stop its workers: they stop themselves,
+    so nothing keeps serving on the port (a supervisor started again can bind it)."""
+    process, port, pids = served
+    process.kill()
+    process.wait()
+    wait_until(lambda: not any(map(running, pids)), "the workers to stop")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
 def test_several_processes_need_redis():

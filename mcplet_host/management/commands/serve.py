@@ -69,5 +69,6 @@ class Command(BaseCommand):
         )
         self.stdout.flush()
         # uvicorn in this process's place: the supervisor gets the signals a service manager
-        # sends, and Django's import here costs it no memory.
+        # sends, and Django's import here costs it no memory. Its workers watch it (asgi.py).
+        os.environ["MCPLET_WEB_SUPERVISOR"] = str(os.getpid())
         os.execv(sys.executable, command)  # noqa: S606 (our own interpreter, no shell)
