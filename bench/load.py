@@ -133,6 +133,13 @@ def main(argv=None):
     from tests.faults.harness import Chaos, partner_key, write_script
     from tests.passkey.authenticator import SoftAuthenticator
 
+    class SyncedPasskey(SoftAuthenticator):
+        """A synced passkey: its counter stays 0 (WebAuthn allows it, platform passkeys do).
+        The bench's approvers share one credential; a counting one would see its assertions
+        reach the host out of order, a third of them refused as replays."""
+
+        sign_count = property(lambda self: 0, lambda self, value: None)
+
     user = get_user_model().objects.create_user("manager", "m@example.org", "pw-approver-1")
     user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
     client = Client()
@@ -143,7 +150,7 @@ def main(argv=None):
         workdir,
         None,
         client.cookies["sessionid"].value,
-        SoftAuthenticator(),
+        SyncedPasskey(),
         spec,
         web_processes=args.web_processes,
     )
