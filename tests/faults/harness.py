@@ -348,7 +348,9 @@ class Chaos:
                 else [python, "manage.py", "serve", "--port", str(self.web_port)]
                 + ["--processes", str(web_processes)],
                 log("web.log"),
-                env,
+                # As compose: no persistent connections in the web (each request's thread would
+                # keep one open; N processes exhaust PostgreSQL's max_connections).
+                env if web_processes is None else {**env, "DB_CONN_MAX_AGE": "0"},
                 self.web_port,
             ),
             "worker1": Service(
