@@ -13,8 +13,8 @@ import atexit
 import cProfile
 import os
 import pstats
+import signal
 import threading
-from multiprocessing import util
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 
@@ -43,7 +43,7 @@ def _apply():
 def _profile_all_threads(path):
     """cProfile this (main) thread from now and every thread started later (each request's
     sync code runs in a thread of its own), merged into one stats file at exit: atexit for a
-    process that exits normally, multiprocessing's finalizers for a worker uvicorn spawned."""
+    process that exits normally (daphne), and on SIGTERM before uvicorn's own handler."""
     lock, merged, original_run = threading.Lock(), [], threading.Thread.run
 
     def add(profiler):
@@ -76,7 +76,16 @@ def _profile_all_threads(path):
         merged[0].dump_stats(path)
 
     atexit.register(dump)
-    util.Finalize(None, dump, exitpriority=100)
+    # uvicorn stops gracefully on SIGTERM, then raises it again with the default handler: the
+    # process ends without atexit or finalizers. Dump first, then let uvicorn's handler run.
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):
+        dump()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 _apply()
