@@ -21,4 +21,4 @@ RUN SECRET_KEY=collectstatic python manage.py collectstatic --noinput \
 USER mcplet
 EXPOSE 8000
 ENTRYPOINT ["/app/docker/entrypoint.sh"]
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "mcplet_host.asgi:application"]
+CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]

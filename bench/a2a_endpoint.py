@@ -3,16 +3,19 @@ submissions beside a trivial authenticated endpoint, against the real server.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
     REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench .venv/bin/python bench/a2a_endpoint.py \\
-        [--seconds 10] [--clients 16] [--warmup 2] [--rate 1000000/min] [--worker]
-        [--profile [--requests 300] [--top 20]]
+        [--web-processes 1,2] [--seconds 10] [--clients 16] [--warmup 2] [--rate 1000000/min]
+        [--worker] [--profile [--requests 300] [--top 20]]
 
-The server is the real ASGI application in one `daphne` process (`mcplet_host.asgi:application`,
-started by this script through daphne's own command line, see `--daphne` below) on PostgreSQL
-and Redis, with MCPLET_PARTNER_RATE=--rate so the partner is never throttled. `--clients`
+The server is the real ASGI application, `manage.py serve` (uvicorn) with each of
+`--web-processes` in turn ("daphne" in the list: daphne's one process, what compose ran before),
+on PostgreSQL and Redis, with MCPLET_PARTNER_RATE=--rate so the partner is never throttled. It
+loads `bench.web_asgi:application`, which points the Celery app at the private queue, sets
+CONN_MAX_AGE and the dashboard's broadcast as asked, in each of its processes. `--clients`
 concurrent clients (asyncio + httpx, keep-alive connections) send one kind of request each for
 `--seconds` (after `--warmup` untimed seconds), and the script prints requests/s, the median,
-p95 and mean latency, the CPU the server process used per request, and the ratios to the
-trivial endpoint. The kinds:
+p95 and mean latency, the CPU the server used per request (all its processes: uvicorn's
+supervisor and workers) and the ratios to the trivial endpoint; then, across process counts,
+each kind's requests/s and CPU per request beside the first count's (the ratio). The kinds:
 
 - trivial: `GET /a2a/agents/bench-echo` (200), a card: authentication (key look-up and its
   last_used_at UPDATE), the throttle (Redis), one SELECT, the audit event. There is no lighter
@@ -63,21 +66,23 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
-from bench import common
-from tests.processes import free_port, stop
+from bench import common, web
+from tests.processes import stop
 
 PARTNER, ECHO, PRIVATE = "bench-partner", "bench-echo", "bench-private"
 HANDLER = "bench.common.Echo"
-QUEUE_ENV = "MCPLET_BENCH_A2A_QUEUE"
-CONN_ENV = "MCPLET_BENCH_A2A_CONN_MAX_AGE"
-PROFILE_ENV = "MCPLET_BENCH_A2A_PROFILE"
-BROADCAST_ENV = "MCPLET_BENCH_A2A_BROADCAST"
 UNKNOWN_KEY = "mcpk_" + "0" * 43  # the shape of a real key; no key has this prefix
-ASGI_APP = "mcplet_host.asgi:application"
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--web-processes",
+        type=web.parse_processes,
+        default=[1],
+        help="the server's process counts, one server each in turn, e.g. 1,2 or daphne,1,2; a "
+        "count repeated (1,2,1,2) runs again, to see the drift of a busy machine (default: 1)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="timed seconds per kind")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
     parser.add_argument("--warmup", type=float, default=2.0, help="untimed seconds per kind")
@@ -91,7 +96,7 @@ def parse_args(argv=None):
         "--conn-max-age",
         default="0",
         help="the server's CONN_MAX_AGE: seconds, or 'settings' for the settings' own "
-        "(DB_CONN_MAX_AGE, 0 unless set). Under daphne every request runs in a thread of its "
+        "(DB_CONN_MAX_AGE, 0 unless set). Under ASGI every request runs in a thread of its "
         "own, so a persistent connection is one per request, left open: with 60 the server "
         "exhausts PostgreSQL's max_connections in seconds (default: %(default)s)",
     )
@@ -163,107 +168,6 @@ def delete_throttle_history():
 # --- the server and the worker ----------------------------------------------------------------
 
 
-def daphne_main(argv):
-    """`--daphne ARGS`: daphne's own command line, after pointing the Celery app at the
-    private queue of QUEUE_ENV and setting CONN_MAX_AGE from CONN_ENV. The application is
-    otherwise unchanged: `mcplet_host.asgi:application`."""
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
-    django.setup()
-    from daphne.cli import CommandLineInterface
-
-    from mcplet_host.celery import app
-
-    app.conf.task_default_queue = os.environ[QUEUE_ENV]
-    if os.environ.get(CONN_ENV, "settings") != "settings":
-        from django.db import connections
-
-        connections.settings["default"]["CONN_MAX_AGE"] = int(os.environ[CONN_ENV])
-    if os.environ.get(BROADCAST_ENV) == "off":
-        from mcplet_host.signals import audit_recorded
-
-        audit_recorded.disconnect(dispatch_uid="dashboard.audit")
-    if not os.environ.get(PROFILE_ENV):
-        CommandLineInterface().run(argv)
-        return
-    with profile_all_threads(os.environ[PROFILE_ENV]):
-        CommandLineInterface().run(argv)
-
-
-@contextlib.contextmanager
-def profile_all_threads(path):
-    """cProfile the main thread and every thread started meanwhile (under daphne, each request
-    runs its sync code in a thread of its own), merged into one stats file at `path`."""
-    import threading
-
-    lock, merged = threading.Lock(), []
-    original_run = threading.Thread.run
-
-    def add(profiler):
-        with lock:
-            if merged:
-                merged[0].add(profiler)
-            else:
-                merged.append(pstats.Stats(profiler))
-
-    def run(thread):
-        profiler = cProfile.Profile()
-        profiler.enable()
-        try:
-            original_run(thread)
-        finally:
-            profiler.disable()
-            add(profiler)
-
-    threading.Thread.run = run
-    main = cProfile.Profile()
-    main.enable()
-    try:
-        yield
-    finally:
-        main.disable()
-        threading.Thread.run = original_run
-        add(main)
-        merged[0].dump_stats(path)
-
-
-def log_tail(path, what):
-    tail = Path(path).read_text(errors="replace")[-3000:]
-    print(f"--- {what} log ({path}), last lines ---\n{tail}", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def server(env, log_path, timeout=60):
-    import httpx
-
-    port = free_port()
-    command = [sys.executable, str(Path(__file__).resolve()), "--daphne"]
-    command += ["-b", "127.0.0.1", "-p", str(port), "-v", "0", ASGI_APP]
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the server exited ({process.returncode}) before it was up")
-            with contextlib.suppress(httpx.TransportError):
-                health = httpx.get(f"{url}/healthz", timeout=5)
-                if health.status_code == 200:
-                    break
-                raise RuntimeError(f"/healthz answered {health.status_code}: {health.text}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server was not up after {timeout} s")
-            time.sleep(0.2)
-        yield url, process
-    except BaseException:
-        log_tail(log_path, "server")
-        raise
-    finally:
-        stop(process, 20)
-
-
 @contextlib.contextmanager
 def celery_worker(queue, env, log_path, timeout=90):
     from mcplet_host.celery import app
@@ -283,7 +187,7 @@ def celery_worker(queue, env, log_path, timeout=90):
                 raise RuntimeError(f"the worker did not answer a ping after {timeout} s")
         yield process
     except BaseException:
-        log_tail(log_path, "worker")
+        web.log_tail(log_path, "worker")
         raise
     finally:
         stop(process, 20)
@@ -361,13 +265,15 @@ async def _load(url, spec, clients, warmup, seconds):
 
 def load(url, name, spec, args, server_pid):
     print(f"  {name}: {args.warmup:g} s warm-up, {args.seconds:g} s timed ...", flush=True)
-    cpu_client, cpu_server = time.process_time(), common.cpu_seconds(server_pid)
+    cpu_client, cpu_server = time.process_time(), web.tree_cpu_seconds(server_pid)
+    machine = web.machine_busy()
     latencies, statuses, elapsed = asyncio.run(
         _load(url, spec, args.clients, args.warmup, args.seconds)
     )
     total = args.warmup + args.seconds
     cpu_client = (time.process_time() - cpu_client) * args.seconds / total
-    cpu_server = (common.cpu_seconds(server_pid) - cpu_server) * args.seconds / total
+    cpu_server = (web.tree_cpu_seconds(server_pid) - cpu_server) * args.seconds / total
+    busy, all_cpus = (b - a for a, b in zip(machine, web.machine_busy(), strict=True))
     n = len(latencies)
     return {
         "expected": spec[0],
@@ -378,6 +284,8 @@ def load(url, name, spec, args, server_pid):
         # CPU over the whole phase (warm-up included), scaled to the timed part: approximate
         "server_cpu_ms": cpu_server / n * 1000 if n else float("nan"),
         "client_cpu_ms": cpu_client / n * 1000 if n else float("nan"),
+        # every process on the machine (PostgreSQL, Redis, this client, anything else running)
+        "machine_busy": busy / all_cpus if all_cpus else float("nan"),
     }
 
 
@@ -428,22 +336,22 @@ def profile_kinds(raw_key, names, n, top):
 
 
 def profile_servers(specs, names, args, env, workdir):
+    """A server of the first process count per kind, every thread of every process profiled
+    (bench.web_asgi writes one stats file per process as it exits), merged."""
+    processes = args.web_processes[0]
     for name in names:
         path = workdir / f"{name}.pstats"
-        with server({**env, PROFILE_ENV: str(path)}, workdir / f"profile-{name}.log") as (
-            url,
-            process,
-        ):
+        log = workdir / f"profile-{name}.log"
+        with web.server({**env, web.PROFILE_ENV: str(path)}, log, processes) as (url, process):
             result = load(url, name, specs[name], args, process.pid)
-        deadline = time.monotonic() + 30
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not path.exists():
+        if not (files := web.profiles(path)):
             print(f"\n(no profile of the {name} server: it did not exit cleanly)")
             continue
+        stats = pstats.Stats(*map(str, files))
+        stats.dump_stats(path)
         title = (
-            f"cProfile of the server, {name}: {result['rps']:.1f} req/s under the profiler, "
-            "all threads (warm-up and start-up included)"
+            f"cProfile of the server ({web.describe(processes)}), {name}: {result['rps']:.1f} "
+            "req/s under the profiler, all threads (warm-up and start-up included)"
         )
         common.print_profile(str(path), title, args.top, ("tottime", "cumulative"))
 
@@ -515,9 +423,6 @@ def print_queries(captured):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--daphne"]:
-        return daphne_main(argv[1:])
     args = parse_args(argv)
     if not os.environ.get("REDIS_URL"):
         common.refuse("REDIS_URL is not set (e.g. REDIS_URL=redis://127.0.0.1:6379/0).")
@@ -532,9 +437,9 @@ def main(argv=None):
             "DJANGO_SETTINGS_MODULE": "mcplet_host.settings",
             "MCPLET_PARTNER_RATE": args.rate,
             "MCPLET_A2A_WAIT": "0",
-            QUEUE_ENV: queue,
-            CONN_ENV: args.conn_max_age,
-            BROADCAST_ENV: "off" if args.without_broadcast else "on",
+            web.QUEUE_ENV: queue,
+            web.CONN_ENV: args.conn_max_age,
+            web.BROADCAST_ENV: "off" if args.without_broadcast else "on",
         }
     )
     os.environ["DATABASE_URL"] = own_database(os.environ["DATABASE_URL"])
@@ -553,34 +458,44 @@ def main(argv=None):
 
 
 def run(args, raw_key, queue, workdir):
-    """Load the server with each kind of request, then list each kind's SQL; print it all."""
+    """Load a server of each process count with each kind of request, then list each kind's
+    SQL; print it all."""
     delete_throttle_history()
     print(f"database: {common.describe_database()}")
     print(
-        f"server: daphne, one process, {ASGI_APP}; broker and cache: Redis, private queue "
-        f"{queue!r}; MCPLET_PARTNER_RATE={args.rate}; CONN_MAX_AGE={args.conn_max_age}; "
-        f"dashboard audit broadcast {'off' if args.without_broadcast else 'on'}; "
-        f"{os.cpu_count()} CPUs; load average {load_average()}"
+        f"server: {web.ASGI_APP} by process count {args.web_processes}; broker and cache: Redis, "
+        f"private queue {queue!r}; MCPLET_PARTNER_RATE={args.rate}; "
+        f"CONN_MAX_AGE={args.conn_max_age}; dashboard audit broadcast "
+        f"{'off' if args.without_broadcast else 'on'}; {os.cpu_count()} CPUs; load average "
+        f"{load_average()}"
     )
-    specs, results = kinds(raw_key), {}
+    specs, by_processes = kinds(raw_key), {}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with server(env, workdir / "server.log") as (url, process):
-        print(f"server up at {url} (MCPLET_A2A_WAIT=0, no worker)", flush=True)
-        for name in ("trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC", "trivial"):
-            label = name if name not in results else f"{name} (again)"
-            results[label] = load(url, name, specs[name], args, process.pid)
-    if args.worker:
-        env = {**env, "MCPLET_A2A_WAIT": "5"}
-        with (
-            celery_worker(queue, env, workdir / "worker.log"),
-            server(env, workdir / "server2.log") as (url, process),
-        ):
-            print(f"server up at {url} (MCPLET_A2A_WAIT=5, a worker)", flush=True)
-            for name in ("answered", "answered JSON-RPC"):
+    for label, processes in web.labelled(args.web_processes):
+        results = by_processes[label] = {}
+        log = workdir / f"server-{label}.log"
+        with web.server(env, log, processes) as (url, process):
+            print(f"{web.describe(processes)} up at {url} (MCPLET_A2A_WAIT=0, no worker)")
+            for name in ("trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC"):
                 results[name] = load(url, name, specs[name], args, process.pid)
+            results["trivial (again)"] = load(url, "trivial", specs["trivial"], args, process.pid)
+        if args.worker:
+            worker_env = {**env, "MCPLET_A2A_WAIT": "5"}
+            with (
+                celery_worker(queue, worker_env, workdir / f"worker-{label}.log"),
+                web.server(worker_env, workdir / f"server-{label}-answered.log", processes) as (
+                    url,
+                    process,
+                ),
+            ):
+                print(f"{web.describe(processes)} up at {url} (MCPLET_A2A_WAIT=5, a worker)")
+                for name in ("answered", "answered JSON-RPC"):
+                    results[name] = load(url, name, specs[name], args, process.pid)
+        print(f"\n{web.describe(processes)}:", end="")
+        print_results(results, args.clients)
+    web.print_scaling(by_processes)
     queued = queued_requests()
-    print_results(results, args.clients)
-    if any(code >= 500 for r in results.values() for code in r["other"]):
+    if any(code >= 500 for rs in by_processes.values() for r in rs.values() for code in r["other"]):
         print_server_errors(workdir)
     print(f"\n  (task requests left queued, never delivered: {queued})")
     names = ["trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC"]

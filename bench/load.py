@@ -5,6 +5,10 @@ with a redis-server of its own) and PostgreSQL.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_load SECRET_KEY=bench \\
         .venv/bin/python bench/load.py [--pending 1000] [--minutes 3] [--rate 2] [--burst 50]
+        [--web-processes N]
+
+The web is daphne's one process, or with `--web-processes N` `manage.py serve` with N processes
+(compose's web): run it once per N to compare approvals/s.
 
 Prints, per window of `--window` seconds, the count and p50/p95/p99 of each request kind
 (partner POST /a2a/tasks, partner GET of a task, approval = challenge + assertion, a partner
@@ -26,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common  # noqa: E402
+from bench import common, web  # noqa: E402
 
 KINDS = ("partner POST", "partner GET", "approval", "task end to end", "approved → executed")
 
@@ -40,6 +44,12 @@ def parse_args(argv=None):
     parser.add_argument("--every", type=float, default=5, help="seconds between bursts")
     parser.add_argument("--approvers", type=int, default=8, help="approvals sent at once")
     parser.add_argument("--window", type=float, default=30, help="seconds per figures row")
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=None,
+        help="serve the web with manage.py serve and this many processes (default: daphne)",
+    )
     return parser.parse_args(argv)
 
 
@@ -75,13 +85,8 @@ def percentile(values, q):
 
 
 def rss_mb(process):
-    try:
-        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+    """The process's resident memory with its children's (the web's processes)."""
+    return web.tree_rss_mb(process.pid) if process.poll() is None else float("nan")
 
 
 def memory(chaos):
@@ -128,13 +133,27 @@ def main(argv=None):
     from tests.faults.harness import Chaos, partner_key, write_script
     from tests.passkey.authenticator import SoftAuthenticator
 
+    class SyncedPasskey(SoftAuthenticator):
+        """A synced passkey: its counter stays 0 (WebAuthn allows it, platform passkeys do).
+        The bench's approvers share one credential; a counting one would see its assertions
+        reach the host out of order, a third of them refused as replays."""
+
+        sign_count = property(lambda self: 0, lambda self, value: None)
+
     user = get_user_model().objects.create_user("manager", "m@example.org", "pw-approver-1")
     user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
     client = Client()
     client.force_login(user)
     write_script(workdir / "chaos.json")
     spec = write_spec(workdir / "tools.json", reference_tools())
-    chaos = Chaos(workdir, None, client.cookies["sessionid"].value, SoftAuthenticator(), spec)
+    chaos = Chaos(
+        workdir,
+        None,
+        client.cookies["sessionid"].value,
+        SyncedPasskey(),
+        spec,
+        web_processes=args.web_processes,
+    )
     chaos.services["mcp"].start()
     registry = make_registry({"transport": "http", "url": chaos.mcp_url})
     for pool in ("info-pool", "media-pool"):
@@ -160,7 +179,8 @@ def main(argv=None):
         return body["messageId"], began
 
     with chaos:
-        print(f"processes up; memory at start (MB): {fmt(memory(chaos))}")
+        served = web.describe(args.web_processes) if args.web_processes else "daphne"
+        print(f"processes up (web: {served}); memory at start (MB): {fmt(memory(chaos))}")
         size_before, memory_before = database_size(), memory(chaos)
 
         # 1. The held runs: each dispatch task waits on one approval, holding no worker.
@@ -191,7 +211,8 @@ def main(argv=None):
         def approve(ceremony):
             t0 = time.monotonic()
             chaos.approver.decide(ceremony, reject=False)
-            timings.add("approval", time.monotonic() - t0)
+            if time.monotonic() < stop:
+                timings.add("approval", time.monotonic() - t0)
 
         # Approvers at --approvers screens at once: one approver alone (about 2.5 a second) was
         # the bottleneck, not the host.
@@ -222,6 +243,12 @@ def main(argv=None):
             time.sleep(0.5)
         traffic.join()
         approving.shutdown(cancel_futures=True)  # the bursts past the load's end are dropped
+        # Approvals per second while approvals were under way (first sent to last answered):
+        # with --pending too small for the bursts they end before the load does.
+        approvals = timings.samples["approval"]
+        first = min((at - s for at, s in approvals), default=0)
+        last = max((at for at, _ in approvals), default=0)
+        during = [s for at, s in timings.samples["partner POST"] if first <= at - s and at <= last]
 
         # Let what was approved finish before the figures.
         deadline = time.monotonic() + 300
@@ -239,6 +266,14 @@ def main(argv=None):
         answered = A2AMessage.objects.filter(type=A2AMessage.Type.TASK_RESPONSE).count()
         workflows = AgentRun.objects.count()
         timings.table(args.window)
+        if approvals and during:
+            print(
+                f"\napprovals (challenge + assertion): {len(approvals)} in {last - first:.0f} s "
+                f"({len(approvals) / (last - first):.2f}/s; {len(chaos.approver.approved)} "
+                f"answered 200), p50 {percentile([s for _, s in approvals], 50) * 1000:.0f} ms; "
+                f"partner POST p50 {percentile(during, 50) * 1000:.0f} ms meanwhile "
+                f"(web: {served})"
+            )
         print(
             f"\nthroughput: {answered} task responses in {elapsed:.0f} s "
             f"({answered / elapsed:.2f}/s); executed calls {len(chaos.executions()[0])}; "

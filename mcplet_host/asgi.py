@@ -1,4 +1,7 @@
 import os
+import signal
+import threading
+import time
 
 from django.core.asgi import get_asgi_application
 
@@ -26,3 +29,23 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+def _end_with_the_supervisor():
+    """A worker process of `manage.py serve` (whose uvicorn supervisor names itself in
+    MCPLET_WEB_SUPERVISOR) stops when the supervisor is gone, even killed with no time to stop
+    its workers: an orphan would go on serving on the port, and the supervisor started again
+    could not bind it."""
+    supervisor = os.environ.get("MCPLET_WEB_SUPERVISOR", "")
+    if not supervisor.isdigit() or os.getppid() != int(supervisor):
+        return  # not a worker of `serve` (daphne, runhost, or uvicorn's single process)
+
+    def watch():
+        while os.getppid() == int(supervisor):
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful stop
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+_end_with_the_supervisor()

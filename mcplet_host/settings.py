@@ -198,6 +198,10 @@ MCPLET_SCRIPT_DIRS = env_list("MCPLET_SCRIPT_DIRS", [str(BASE_DIR / "agents" / "
 # The port `runhost` serves (its --port, passed on by manage.py): by default the host's own
 # address, http://localhost:<port>, is where approvers register passkeys and approve.
 MCPLET_PORT = env_int("MCPLET_PORT", 8000, minimum=1)
+# How many processes `manage.py serve` (compose's web) serves with. Django runs a process's sync
+# views one at a time, so the web tier grows by processes; they share one listening socket, and
+# the dashboard's live stream crosses them through the Redis channel layer (README, "Sizing").
+MCPLET_WEB_PROCESSES = env_int("MCPLET_WEB_PROCESSES", 2, minimum=1)
 PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
 PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")
 PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), f"http://localhost:{MCPLET_PORT}")

@@ -294,7 +294,11 @@ class Approver:
 
 
 class Chaos:
-    def __init__(self, workdir, partner, approver_session, authenticator, tools_spec):
+    def __init__(
+        self, workdir, partner, approver_session, authenticator, tools_spec, web_processes=None
+    ):
+        """`web_processes`: the web as `manage.py serve` with that many processes (bench/load.py);
+        None: daphne's one process."""
         self.workdir = workdir
         self.calls_log = workdir / "calls.jsonl"
         self.redis_port, self.web_port, self.mcp_port = free_port(), free_port(), free_port()
@@ -339,9 +343,14 @@ class Chaos:
             "web": Service(
                 "web",
                 [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port)]
-                + ["mcplet_host.asgi:application"],
+                + ["mcplet_host.asgi:application"]
+                if web_processes is None
+                else [python, "manage.py", "serve", "--port", str(self.web_port)]
+                + ["--processes", str(web_processes)],
                 log("web.log"),
-                env,
+                # As compose: no persistent connections in the web (each request's thread would
+                # keep one open; N processes exhaust PostgreSQL's max_connections).
+                env if web_processes is None else {**env, "DB_CONN_MAX_AGE": "0"},
                 self.web_port,
             ),
             "worker1": Service(

@@ -41,6 +41,7 @@ def test_a_valid_environment_starts():
         ("PASSKEY_ORIGIN", "http://example.org", "does not match PASSKEY_RP_ID"),
         ("EMAIL_PORT", "twenty-five", "EMAIL_PORT='twenty-five' is not an integer"),
         ("DEBUG", "maybe", "DEBUG='maybe' is not a boolean"),
+        ("MCPLET_WEB_PROCESSES", "0", "MCPLET_WEB_PROCESSES=0 must be at least 1"),
     ],
 )
 def test_a_bad_value_names_the_variable(variable, value, says):
