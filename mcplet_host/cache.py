@@ -1,23 +1,33 @@
-"""Django's Redis cache, with one `redis.Redis` per connection pool instead of one per command.
+"""Django's Redis cache, with its connection pools and clients kept per process.
 
-Django's client builds a new `redis.Redis` for every command, and redis-py 8 sets up its
-response callbacks for each (≈ 65 µs): a few per tool call (the pool's rate limit) and per
-partner request (the throttle). redis-py's clients are thread-safe and share their pool, which
-also takes care of a fork."""
+Django makes a cache object per thread, each with its own connection pools, and builds a new
+`redis.Redis` for every command. Under ASGI every request's sync code runs on a thread of its
+own, so each request opened a new Redis connection, and each command set a client up (≈ 65 µs
+in redis-py 8). Here the pools and their clients belong to the process: redis-py's pools and
+clients are thread-safe, and a pool starts afresh after a fork."""
+
+import threading
 
 from django.core.cache.backends import redis
 
+_pools, _clients = {}, {}
+_lock = threading.Lock()
+
 
 class RedisCacheClient(redis.RedisCacheClient):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._clients = {}
+    def _get_connection_pool(self, write):
+        index = self._get_connection_pool_index(write)
+        key = (self._servers[index], repr(sorted(self._pool_options.items())))
+        with _lock:
+            if key not in _pools:
+                _pools[key] = self._pool_class.from_url(self._servers[index], **self._pool_options)
+            return _pools[key]
 
     def get_client(self, key=None, *, write=False):
         pool = self._get_connection_pool(write)
-        client = self._clients.get(id(pool))
+        client = _clients.get(id(pool))
         if client is None:
-            client = self._clients[id(pool)] = self._client(connection_pool=pool)
+            client = _clients.setdefault(id(pool), self._client(connection_pool=pool))
         return client
 
 

@@ -34,3 +34,23 @@ def test_threads_share_it_safely():
     for thread in threads:
         thread.join()
     assert cache.get(key) == 800
+
+
+def test_every_thread_shares_the_process_pool():
+    """Django makes a cache object per thread (a request's sync code runs on a thread of its
+    own under ASGI): they share one pool, so a request opens no connection of its own."""
+    from django.core.cache import caches
+
+    seen = []
+
+    def look():
+        seen.append(caches["default"]._cache.get_client())
+        caches["default"].get("anything")
+
+    threads = [threading.Thread(target=look) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(client) for client in seen}) == 1
+    assert seen[0] is cache._cache.get_client()
