@@ -193,3 +193,11 @@ def test_migrating_the_token_away_takes_its_triggers_along():
     before = current().token
     Pool.objects.create(name="written-after")
     assert before and current().token != before
+
+
+def test_a_calling_agent_deleted_is_refused(registry, calls, warm):
+    """The caller's own row gone (its instance still in a worker's hands): nothing runs."""
+    Agent = type(registry["info"])
+    sql(f"DELETE FROM {table(Agent, 'accessible_pools')} WHERE agent_id = %s", registry["info"].pk)  # noqa: S608
+    sql(f"DELETE FROM {table(Agent)} WHERE id = %s", registry["info"].pk)  # noqa: S608
+    refused_and_nothing_ran(registry, calls, warm, "The agent info-gathering-agent is unknown.")
