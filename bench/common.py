@@ -138,6 +138,18 @@ class Echo:
         runner.finish(self.run, AgentRun.Status.SUCCESS, result={"echo": self.run.parameters})
 
 
+class HeldEcho(Echo):
+    """Echo for an agent whose result a person approves (`result_needs_approval`): the same
+    answer, held by the host's own result approval (the built-in loop's, with no LLM turn) and
+    given once approved."""
+
+    def advance(self):
+        from agents import runner
+
+        self.run.result = {"echo": self.run.parameters}  # not saved while it waits: set again
+        runner.Loop(self.run).advance()
+
+
 # --- figures ----------------------------------------------------------------------------------
 
 

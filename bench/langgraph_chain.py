@@ -1,0 +1,167 @@
+"""The LangGraph side of bench/chain.py: the same 3-agent chain as a LangGraph graph of three
+nodes, checkpointed to PostgreSQL by `PostgresSaver` with `durability="sync"` (each step's
+checkpoint is written before the next step starts, as each of our hops commits before the
+next is delivered). No LLM work: each node appends its name to the state.
+
+It runs in LangGraph's own virtualenv (bench/chain.py creates it under var/ and starts this
+script with its python and -I), never imported by the host. One argument, a JSON object:
+
+    {"dsn": "postgresql://…", "chains": 100, "warmup": 10, "concurrency": 4,
+     "durability": "sync", "approve": 20}
+
+It clears the checkpointer's tables, then prints one JSON object: the sequential chains'
+latencies, the burst's wall time, this process's CPU time per phase, the approve → done
+latencies (the last node calls interrupt(); `Command(resume=…)` resumes it) and the rows the
+checkpointer wrote per chain.
+"""
+
+import concurrent.futures
+import json
+import operator
+import sys
+import threading
+import time
+import uuid
+from typing import Annotated, TypedDict
+
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from psycopg import Connection, sql
+from psycopg.rows import dict_row
+
+AGENTS = ("a", "b", "c")
+TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+
+
+class State(TypedDict):
+    parameters: dict
+    hops: Annotated[list, operator.add]
+
+
+def agent(name):
+    def node(state):
+        return {"hops": [name]}
+
+    return node
+
+
+def approving_agent(name):
+    def node(state):
+        decision = interrupt({"approve": f"the result of {name}", "hops": state["hops"]})
+        return {"hops": [f"{name} ({decision})"]}
+
+    return node
+
+
+def build(saver, approve=False):
+    graph = StateGraph(State)
+    for i, name in enumerate(AGENTS):
+        last = i == len(AGENTS) - 1
+        graph.add_node(name, approving_agent(name) if approve and last else agent(name))
+        graph.add_edge(START if i == 0 else AGENTS[i - 1], name)
+    graph.add_edge(AGENTS[-1], END)
+    return graph.compile(checkpointer=saver)
+
+
+def connect(dsn):
+    """A connection as PostgresSaver.from_conn_string opens it."""
+    return Connection.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+
+
+class Runner:
+    """A saver (one connection: the saver serialises its use with a lock) and the graphs, per
+    thread, as a multi-threaded LangGraph service would keep them."""
+
+    def __init__(self, dsn, durability):
+        self.dsn, self.durability = dsn, durability
+        self.local, self.connections = threading.local(), []
+
+    def graphs(self):
+        if not hasattr(self.local, "graphs"):
+            conn = connect(self.dsn)
+            self.connections.append(conn)
+            saver = PostgresSaver(conn)
+            self.local.graphs = (build(saver), build(saver, approve=True))
+        return self.local.graphs
+
+    def chain(self, i, approve=False):
+        config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+        graph = self.graphs()[1 if approve else 0]
+        state = graph.invoke(
+            {"parameters": {"i": i}, "hops": []}, config, durability=self.durability
+        )
+        if not approve and state["hops"] != list(AGENTS):
+            raise RuntimeError(f"chain {i} ended with {state['hops']}")
+        return graph, config
+
+    def resume(self, graph, config):
+        state = graph.invoke(Command(resume="approved"), config, durability=self.durability)
+        if len(state["hops"]) != len(AGENTS):
+            raise RuntimeError(f"a resumed chain ended with {state['hops']}")
+
+    def close(self):
+        for conn in self.connections:
+            conn.close()
+
+
+def measured(func):
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = func()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def rows_written(dsn):
+    with connect(dsn) as conn:
+        count = sql.SQL("SELECT count(*) AS n FROM {}")
+        return {t: conn.execute(count.format(sql.Identifier(t))).fetchone()["n"] for t in TABLES}
+
+
+def main():
+    args = json.loads(sys.argv[1])
+    dsn, n = args["dsn"], args["chains"]
+    with connect(dsn) as conn:
+        PostgresSaver(conn).setup()
+        conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(sql.Identifier, TABLES))))
+    runner = Runner(dsn, args.get("durability", "sync"))
+    out = {"durability": runner.durability}
+    try:
+        for i in range(args.get("warmup", 10)):
+            runner.chain(-1 - i)
+        before = rows_written(dsn)
+
+        def sequential():
+            latencies = []
+            for i in range(n):
+                start = time.perf_counter()
+                runner.chain(i)
+                latencies.append(time.perf_counter() - start)
+            return latencies
+
+        out["latencies"], out["seq_total"], out["seq_cpu"] = measured(sequential)
+        after = rows_written(dsn)
+        out["rows_per_chain"] = {t: (after[t] - before[t]) / n for t in TABLES}
+
+        pool = concurrent.futures.ThreadPoolExecutor(args.get("concurrency", 4))
+        list(pool.map(runner.chain, range(-1, -1 - 2 * args.get("concurrency", 4), -1)))
+
+        def burst():
+            list(pool.map(runner.chain, range(n, 2 * n)))
+
+        _, out["burst_total"], out["burst_cpu"] = measured(burst)
+        pool.shutdown()
+
+        approvals = []
+        for i in range(args.get("approve", 0)):
+            graph, config = runner.chain(2 * n + i, approve=True)  # runs to the interrupt
+            start = time.perf_counter()
+            runner.resume(graph, config)
+            approvals.append(time.perf_counter() - start)
+        out["approve_latencies"] = approvals
+    finally:
+        runner.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
