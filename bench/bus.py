@@ -43,9 +43,11 @@ import contextlib
 import cProfile
 import functools
 import os
+import pstats
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -64,6 +66,7 @@ HANDLER = "bench.common.Echo"
 NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
 NOTIFY_FROM_ENV = "MCPLET_BENCH_BUS_NOTIFY_FROM"  # bench/chain.py: the chain's last agent
 QUEUE_ENV = "MCPLET_BENCH_BUS_QUEUE"
+PROFILE_ENV = "MCPLET_BENCH_WORKER_PROFILE"  # a path: the worker profiles its tasks there
 
 
 @functools.cache
@@ -95,6 +98,35 @@ def _connect_notify():
 
 if os.environ.get(NOTIFY_ENV):
     _connect_notify()
+
+
+def _profile_tasks(path):
+    """(The bench's worker, PROFILE_ENV set.) Profile each task's thread CPU time, from
+    task_prerun to task_postrun (after the host's own prerun: closing an aged connection), one
+    profiler per pool thread; at shutdown write them together to `path`."""
+    from celery import signals
+
+    local, profiles = threading.local(), []
+
+    @signals.task_prerun.connect(weak=False)
+    def enable(**kwargs):
+        if not hasattr(local, "profile"):
+            local.profile = cProfile.Profile(time.thread_time)
+            profiles.append(local.profile)
+        local.profile.enable()
+
+    @signals.task_postrun.connect(weak=False)
+    def disable(**kwargs):
+        local.profile.disable()
+
+    @signals.worker_shutdown.connect(weak=False)
+    def dump(**kwargs):
+        if profiles:
+            pstats.Stats(*profiles).dump_stats(path)
+
+
+if os.environ.get(PROFILE_ENV):
+    _profile_tasks(os.environ[PROFILE_ENV])
 if os.environ.get(QUEUE_ENV):  # the bench's worker: what it sends (a hand-off) stays private
     from mcplet_host.celery import app as _app
 
@@ -659,8 +691,9 @@ def print_breakdown(breakdown, title):
             print(f"   {label:<64} {us(seconds)} µs {share:>5.0f}%")
 
 
-def print_queries(queries):
-    """Each named capture's SQL statements: how many of each kind, the commits, the text."""
+def print_queries(queries, listed=None):
+    """Each named capture's SQL statements: how many of each kind, the commits, and the text
+    (of those named in `listed`, by default all)."""
     for name, captured in queries.items():
         statements = [q["sql"] for q in captured.captured_queries]
         kinds = defaultdict(int)
@@ -670,7 +703,7 @@ def print_queries(queries):
         print(
             f"\n   {name}: {len(statements)} statements ({summary}), {commits(statements)} commits"
         )
-        for sql in statements:
+        for sql in statements if listed is None or name in listed else ():
             text = " ".join(sql.split())
             print(f"     {text[:110]}{'…' if len(text) > 110 else ''}")
 

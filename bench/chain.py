@@ -257,7 +257,8 @@ def hop_stages(contexts):
 
 def in_process(n, profile):
     """Chains in this process, the broker stubbed: each queued delivery is run by calling
-    agents.deliver. Returns (seconds per chain, captured SQL of one chain, breakdown, profile)."""
+    agents.deliver. Returns (seconds per chain, CPU seconds per chain, the SQL of one chain's
+    send and hops, the breakdown of the deliveries, the profile)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -266,22 +267,33 @@ def in_process(n, profile):
 
     queued = []
 
-    def one_chain(i, breakdown=None):
-        start_chain(i)
+    def one_chain(i, breakdown=None, captured=None):
+        def capture(name):
+            if captured is None:
+                return contextlib.nullcontext()
+            return captured.setdefault(name, CaptureQueriesContext(connection))
+
+        with capture("the bench's send_task to A"):
+            start_chain(i)
         for watch in breakdown.watches.values() if breakdown else ():
             watch.reset()  # the bench's own send is not a delivery's
-        while queued:
+        for hop in range(1, HOPS + 1):
             started = time.perf_counter()
-            deliver(*queued.pop(0))
+            with capture(f"agents.deliver, hop {hop}"):
+                deliver(*queued.pop(0))
             if breakdown:
                 breakdown.end_message(time.perf_counter() - started)
+        if queued:
+            raise RuntimeError(f"a chain sent {len(queued)} more task(s) than {HOPS} hops")
 
     with mock.patch.object(bus, "enqueue", lambda task, args: queued.append(args)):
         for i in range(min(n, 10)):
             one_chain(-1 - i)
+        cpu = time.process_time()
         times = rig_bench.timed_loop(n, one_chain)
-        with CaptureQueriesContext(connection) as captured:
-            one_chain(-100)
+        cpu = (time.process_time() - cpu) / n
+        queries = {}
+        one_chain(-100, captured=queries)
         breakdown = rig_bench.Breakdown()
         with breakdown.patches():
             for i in range(n):
@@ -293,7 +305,7 @@ def in_process(n, profile):
             for i in range(n):
                 one_chain(i)
             profiler.disable()
-    return times, {"one chain, in process": captured}, breakdown, profiler
+    return times, cpu, queries, breakdown, profiler
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -334,7 +346,7 @@ def print_comparison(n, ours, theirs):
         server = common.stats(ours["approve"]["server"])["median"]
         print(
             f"   (ours: approval decided → C's response inserted, median {server * 1e3:.2f} ms; "
-            f"{len(mine and ours['approve']['latencies'])} chains)"
+            f"{len(ours['approve']['latencies'])} chains)"
         )
     for phase in ("seq", "burst"):
         r = ours[phase]
@@ -348,35 +360,45 @@ def print_comparison(n, ours, theirs):
 
 
 def print_stages(ours):
-    print("\n3. Our server-side stages per hop (rows' timestamps), ms:")
-    print(f"   {'stage':<74} {'median':>8} {'p95':>8}")
-    for phase in ("seq", "burst"):
-        stages = hop_stages(ours[phase]["contexts"])
-        for name, values in stages.items():
-            st = common.stats(values)
-            what = {
-                "queued": "request inserted → run started (commit, broker, worker, authenticate)",
-                "run": "run started → response inserted (lease, handler, finish)",
-            }.get(name.split()[-1], "first request inserted → C's response inserted (server)")
-            label = f"{phase} {name}: {what}"
-            print(f"   {label[:74]:<74} {rig_bench.ms(st['median'])} {rig_bench.ms(st['p95'])}")
-    latency = common.stats(ours["seq"]["latencies"])["median"]
-    server = common.stats(hop_stages(ours["seq"]["contexts"])["server"])["median"]
+    print("\n3. Our server-side time per hop, from the rows' timestamps (medians, ms):")
+    print("   queued = request inserted → its run started (commit, publish, broker, worker,")
+    print("            authenticate, look-ups); run = run started → its response inserted (lease,")
+    print("            handler, finish: the response, audit and the next hop's request)")
+    stages = {phase: hop_stages(ours[phase]["contexts"]) for phase in ("seq", "burst")}
     print(
-        f"   sequential: the bench's send + learning of the end (latency − server): "
-        f"{(latency - server) * 1e3:.2f} ms"
+        f"   {'hop':<24} {'seq queued':>10} {'seq run':>10} {'burst queued':>13} {'burst run':>10}"
+    )
+    senders = (SENDER, *CHAIN)
+    for k in range(1, HOPS + 1):
+        cells = [
+            common.stats(stages[phase][f"hop {k} {part}"])["median"] * 1e3
+            for phase in ("seq", "burst")
+            for part in ("queued", "run")
+        ]
+        label = f"{k}: {senders[k - 1]} → {senders[k]}"
+        widths = (10, 10, 13, 10)
+        print(
+            f"   {label:<24} "
+            + " ".join(f"{c:>{w}.2f}" for c, w in zip(cells, widths, strict=True))
+        )
+    server = {phase: common.stats(stages[phase]["server"])["median"] for phase in stages}
+    latency = common.stats(ours["seq"]["latencies"])["median"]
+    print(
+        f"   first request inserted → C's response inserted: {server['seq'] * 1e3:.2f} ms "
+        f"sequential, {server['burst'] * 1e3:.2f} ms in the burst; the bench's send and learning "
+        f"of the end (sequential latency − server): {(latency - server['seq']) * 1e3:.2f} ms"
     )
 
 
-def print_in_process(times, queries, breakdown):
+def print_in_process(times, cpu, queries, breakdown):
     st = common.stats(times)
     print("\n1. Our chain in this process, the broker stubbed (agents.deliver called directly):")
     print(
-        f"   per chain median {st['median'] * 1e3:.2f} ms (p95 {st['p95'] * 1e3:.2f}), "
-        f"per hop {st['median'] / HOPS * 1e3:.2f} ms"
+        f"   per chain median {st['median'] * 1e3:.2f} ms (p95 {st['p95'] * 1e3:.2f}), per hop "
+        f"{st['median'] / HOPS * 1e3:.2f} ms; CPU {cpu * 1e3:.2f} ms per chain"
     )
     rig_bench.print_breakdown(breakdown, "one hop's agents.deliver, broken down (mean per hop):")
-    rig_bench.print_queries(queries)
+    rig_bench.print_queries(queries, listed=("agents.deliver, hop 2",))
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -440,14 +462,23 @@ def run(args, queue, workdir):
                 ours["approve"] = approve_to_done(rig, args.approve, offset=2 * n)
             finally:
                 hold_last(False)
-    print_in_process(*pieces[:3])
+    profiled = workdir / "worker.prof"
+    if args.profile:
+        print("ours: a worker profiling its tasks, sequential chains ...", flush=True)
+        extra[rig_bench.PROFILE_ENV] = str(profiled)
+        with rig_bench.celery_worker(queue, args.concurrency, workdir / "p.log", key, extra) as w:
+            sequential(rig_bench.Rig(w, key, "notify", 0.001), n, offset=3 * n)
+    print_in_process(*pieces[:4])
     print_comparison(n, ours, theirs)
     print_stages(ours)
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if rig_bench.flush_hint():
         print(f"\nWARNING: the figures may be wrong{rig_bench.flush_hint()}.", file=sys.stderr)
-    if pieces[3] is not None:
-        common.print_profile(pieces[3], "cProfile (CPU time), chains in process", args.top)
+    if pieces[4] is not None:
+        common.print_profile(pieces[4], "cProfile (CPU time), chains in process", args.top)
+    if profiled.exists():
+        title = f"cProfile (thread CPU time) of the worker's tasks, {n} sequential chains"
+        common.print_profile(str(profiled), title, args.top)
 
 
 if __name__ == "__main__":
