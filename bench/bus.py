@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import cProfile
 import functools
+import itertools
 import os
 import pstats
 import statistics
@@ -67,6 +68,7 @@ NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
 NOTIFY_FROM_ENV = "MCPLET_BENCH_BUS_NOTIFY_FROM"  # bench/chain.py: the chain's last agent
 QUEUE_ENV = "MCPLET_BENCH_BUS_QUEUE"
 PROFILE_ENV = "MCPLET_BENCH_WORKER_PROFILE"  # a path: the worker profiles its tasks there
+PROFILE_SKIP = 30  # host tasks not profiled: a warm-up of that many goes first
 
 
 @functools.cache
@@ -100,24 +102,28 @@ if os.environ.get(NOTIFY_ENV):
     _connect_notify()
 
 
-def _profile_tasks(path):
-    """(The bench's worker, PROFILE_ENV set.) Profile each task's thread CPU time, from
-    task_prerun to task_postrun (after the host's own prerun: closing an aged connection), one
+def _profile_tasks(path, skip=PROFILE_SKIP):
+    """(The bench's worker, PROFILE_ENV set.) Profile the thread CPU time of each host task
+    after the first `skip` (the warm-up: schemas compiled, code loaded), from task_prerun to
+    task_postrun (after the host's own prerun, which closes an aged database connection), one
     profiler per pool thread; at shutdown write them together to `path`."""
     from celery import signals
 
-    local, profiles = threading.local(), []
+    local, profiles, seen = threading.local(), [], itertools.count()
 
     @signals.task_prerun.connect(weak=False)
-    def enable(**kwargs):
-        if not hasattr(local, "profile"):
-            local.profile = cProfile.Profile(time.thread_time)
-            profiles.append(local.profile)
-        local.profile.enable()
+    def enable(task=None, **kwargs):
+        local.on = not task.name.startswith("bench.") and next(seen) >= skip
+        if local.on:
+            if not hasattr(local, "profile"):
+                local.profile = cProfile.Profile(time.thread_time)
+                profiles.append(local.profile)
+            local.profile.enable()
 
     @signals.task_postrun.connect(weak=False)
     def disable(**kwargs):
-        local.profile.disable()
+        if local.on:
+            local.profile.disable()
 
     @signals.worker_shutdown.connect(weak=False)
     def dump(**kwargs):

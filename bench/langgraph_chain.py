@@ -11,8 +11,8 @@ script with its python and -I), never imported by the host. One argument, a JSON
 
 It clears the checkpointer's tables, then prints one JSON object: the sequential chains'
 latencies, the burst's wall time, this process's CPU time per phase, the approve → done
-latencies (the last node calls interrupt(); `Command(resume=…)` resumes it) and the rows the
-checkpointer wrote per chain.
+latencies (the last node calls interrupt(); `Command(resume=…)` resumes it), and the SQL
+statements and the rows the checkpointer wrote per chain.
 """
 
 import concurrent.futures
@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Annotated, TypedDict
 
+import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -105,6 +106,24 @@ class Runner:
             conn.close()
 
 
+STATEMENTS = [0]  # SQL statements sent by the checkpointer (execute, and each executemany row)
+
+
+def count_statements():
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def counted_execute(self, query, params=None, **kwargs):
+        STATEMENTS[0] += 1
+        return execute(self, query, params, **kwargs)
+
+    def counted_executemany(self, query, params_seq, **kwargs):
+        params_seq = list(params_seq)
+        STATEMENTS[0] += len(params_seq)
+        return executemany(self, query, params_seq, **kwargs)
+
+    psycopg.Cursor.execute, psycopg.Cursor.executemany = counted_execute, counted_executemany
+
+
 def measured(func):
     wall, cpu = time.perf_counter(), time.process_time()
     out = func()
@@ -123,12 +142,13 @@ def main():
     with connect(dsn) as conn:
         PostgresSaver(conn).setup()
         conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(sql.Identifier, TABLES))))
+    count_statements()
     runner = Runner(dsn, args.get("durability", "sync"))
     out = {"durability": runner.durability}
     try:
         for i in range(args.get("warmup", 10)):
             runner.chain(-1 - i)
-        before = rows_written(dsn)
+        before, statements = rows_written(dsn), STATEMENTS[0]
 
         def sequential():
             latencies = []
@@ -139,6 +159,7 @@ def main():
             return latencies
 
         out["latencies"], out["seq_total"], out["seq_cpu"] = measured(sequential)
+        out["statements_per_chain"] = (STATEMENTS[0] - statements) / n
         after = rows_written(dsn)
         out["rows_per_chain"] = {t: (after[t] - before[t]) / n for t in TABLES}
 
