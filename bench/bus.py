@@ -42,13 +42,10 @@ import argparse
 import contextlib
 import cProfile
 import functools
-import itertools
 import os
-import pstats
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -102,37 +99,8 @@ if os.environ.get(NOTIFY_ENV):
     _connect_notify()
 
 
-def _profile_tasks(path, skip=PROFILE_SKIP):
-    """(The bench's worker, PROFILE_ENV set.) Profile the thread CPU time of each host task
-    after the first `skip` (the warm-up: schemas compiled, code loaded), from task_prerun to
-    task_postrun (after the host's own prerun, which closes an aged database connection), one
-    profiler per pool thread; at shutdown write them together to `path`."""
-    from celery import signals
-
-    local, profiles, seen = threading.local(), [], itertools.count()
-
-    @signals.task_prerun.connect(weak=False)
-    def enable(task=None, **kwargs):
-        local.on = not task.name.startswith("bench.") and next(seen) >= skip
-        if local.on:
-            if not hasattr(local, "profile"):
-                local.profile = cProfile.Profile(time.thread_time)
-                profiles.append(local.profile)
-            local.profile.enable()
-
-    @signals.task_postrun.connect(weak=False)
-    def disable(**kwargs):
-        if local.on:
-            local.profile.disable()
-
-    @signals.worker_shutdown.connect(weak=False)
-    def dump(**kwargs):
-        if profiles:
-            pstats.Stats(*profiles).dump_stats(path)
-
-
 if os.environ.get(PROFILE_ENV):
-    _profile_tasks(os.environ[PROFILE_ENV])
+    common.profile_tasks(os.environ[PROFILE_ENV], PROFILE_SKIP)
 if os.environ.get(QUEUE_ENV):  # the bench's worker: what it sends (a hand-off) stays private
     from mcplet_host.celery import app as _app
 

@@ -3,16 +3,17 @@ checkpointer, on the same PostgreSQL, in one run (issue 26).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
     REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench .venv/bin/python bench/chain.py \\
-        [--chains 100] [--concurrency 4] [--warmup 10] [--approve 20] \\
+        [--chains 100] [--concurrency 4] [--warmup 10] [--approve 20] [--conn-max-age 60] \\
         [--langgraph-database langgraph_bench] [--durability sync] [--profile [--top 25]]
 
 Ours: `bench-sender` sends a task to agent A; A, B and C are handler agents with no LLM work
 (`bench.common.Echo`), A hands off to B and B to C (`Agent.hands_off_to`, the host's own
 chain). Each hop is a signed, persisted A2A task request delivered by a real Celery worker
 subprocess (`agents.deliver`: authenticate, an AgentRun, the handler, one commit for the run's
-end, its response, its audit event and the next hop's request). A chain is done when C's
-response is committed; the worker pushes its context id to Redis after the commit and this
-process BLPOPs it (bench/bus.py's rig, reused).
+end, its response, its audit event and the next hop's request); it keeps its database
+connections across tasks (DB_CONN_MAX_AGE=60) as compose's workers do, and LangGraph its own.
+A chain is done when C's response is committed; the worker pushes its context id to Redis after
+the commit and this process BLPOPs it (bench/bus.py's rig, reused).
 
 LangGraph: bench/langgraph_chain.py, a graph of three nodes checkpointed by PostgresSaver with
 durability "sync" (each step's checkpoint written before the next step), in LangGraph's own
@@ -29,7 +30,9 @@ as the tests do (`Ceremony.approve`), timed to C's response; LangGraph's last no
 
 Before the worker starts, chains run in this process with the broker stubbed (each hop's
 `agents.deliver` called directly): the time per chain, the SQL statements and commits per hop,
-the steps of a delivery (bench/bus.py's breakdown), and with --profile a CPU cProfile.
+the steps of a delivery (bench/bus.py's breakdown). --profile adds a CPU cProfile of those,
+and one of the worker's tasks: after the measurements a second worker profiles the thread CPU
+time of each task it runs during --chains more sequential chains.
 It clears the agents, A2A and held-call tables of DATABASE_URL and the checkpointer's tables of
 the LangGraph database. Nothing is asserted.
 """
@@ -71,6 +74,13 @@ def parse_args(argv=None):
     parser.add_argument("--approve", type=int, default=20, help="approve → done chains (0: none)")
     parser.add_argument(
         "--langgraph-database", default="langgraph_bench", help="its database, same server"
+    )
+    parser.add_argument(
+        "--conn-max-age",
+        type=int,
+        default=60,
+        help="the worker's DB_CONN_MAX_AGE: 60 keeps its connections as compose's workers do, 0 "
+        "opens a database session per task (default: %(default)s)",
     )
     parser.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
     parser.add_argument("--profile", action="store_true", help="cProfile in-process chains")
@@ -439,7 +449,8 @@ def run(args, queue, workdir):
     print(f"database: {common.describe_database()}; LangGraph: {args.langgraph_database!r}")
     print(
         f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
-        f"; {n} chains, worker -P threads -c {args.concurrency}"
+        f"; {n} chains, worker -P threads -c {args.concurrency}, DB_CONN_MAX_AGE="
+        f"{args.conn_max_age}"
     )
     rig_bench.plant_sentinel(f"{queue}:sentinel")
     print("our chain in process ...", flush=True)
@@ -448,7 +459,7 @@ def run(args, queue, workdir):
     theirs = langgraph_side(args)
     print(f"ours: starting the worker ... (load {os.getloadavg()[0]:.2f})", flush=True)
     key = f"{queue}:responses"
-    extra = {rig_bench.NOTIFY_FROM_ENV: CHAIN[-1]}
+    extra = {rig_bench.NOTIFY_FROM_ENV: CHAIN[-1], "DB_CONN_MAX_AGE": str(args.conn_max_age)}
     ours = {"concurrency": args.concurrency}
     with rig_bench.celery_worker(queue, args.concurrency, workdir / "w.log", key, extra) as worker:
         rig = rig_bench.Rig(worker, key, "notify", 0.001)
