@@ -3,7 +3,8 @@ checkpointer, on the same PostgreSQL, in one run (issue 26).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
     REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench .venv/bin/python bench/chain.py \\
-        [--chains 100] [--concurrency 4] [--warmup 10] [--approve 20] [--conn-max-age 60] \\
+        [--chains 100] [--block 10] [--concurrency 4] [--warmup 10] [--approve 20] \\
+        [--conn-max-age 60] \\
         [--langgraph-database langgraph_bench] [--durability sync] [--profile [--top 25]]
 
 Ours: `bench-sender` sends a task to agent A; A, B and C are handler agents with no LLM work
@@ -26,7 +27,10 @@ and the worker, which both do host work; LangGraph: its one process; PostgreSQL 
 counted on neither side), and approve → chain done: C's result held for a person
 (`result_needs_approval`, handler `bench.common.HeldEcho`), approved with the held-calls model
 as the tests do (`Ceremony.approve`), timed to C's response; LangGraph's last node calls
-`interrupt()` and is resumed with `Command(resume=…)`.
+`interrupt()` and is resumed with `Command(resume=…)`. Both sides run at once, taking turns
+block by block (--block chains of ours, then as many of LangGraph's; the bursts in the order
+ours, LangGraph's, LangGraph's, ours), so that a load that comes and goes on a shared machine
+weighs on both alike.
 
 Before the worker starts, chains run in this process with the broker stubbed (each hop's
 `agents.deliver` called directly): the time per chain, the SQL statements and commits per hop,
@@ -40,10 +44,7 @@ the LangGraph database. Nothing is asserted.
 import argparse
 import contextlib
 import cProfile
-import fcntl
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,17 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import bus as rig_bench
 from bench import common
+from bench.langgraph_peer import LangGraph
 
 SENDER, CHAIN = rig_bench.SENDER, ("bench-a", "bench-b", "bench-c")
 HOPS = len(CHAIN)
 APPROVER = "bench-approver"
-LANGGRAPH_VENV = common.ROOT / "var" / "langgraph"
-LANGGRAPH_PINS = [
-    "langgraph==1.2.24",
-    "langgraph-checkpoint-postgres==3.2.0",
-    "psycopg[binary]==3.3.9",
-    "psycopg-pool==3.3.3",
-]
 
 
 def parse_args(argv=None):
@@ -72,6 +67,9 @@ def parse_args(argv=None):
     parser.add_argument("--concurrency", type=int, default=4, help="worker threads, both sides")
     parser.add_argument("--warmup", type=int, default=10, help="untimed chains first")
     parser.add_argument("--approve", type=int, default=20, help="approve → done chains (0: none)")
+    parser.add_argument(
+        "--block", type=int, default=10, help="chains of one side before the other's turn"
+    )
     parser.add_argument(
         "--langgraph-database", default="langgraph_bench", help="its database, same server"
     )
@@ -88,46 +86,20 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-# --- LangGraph, in its own virtualenv ---------------------------------------------------------
+def merged(parts):
+    """The figures of a phase run in blocks, together: lists joined, numbers added."""
+    out = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                out[key] = merged([out.get(key, {}), value])
+            else:
+                out[key] = out[key] + value if key in out else value
+    return out
 
 
-def langgraph_python():
-    """The interpreter of var/langgraph, made (again) when its pins are not the ones above."""
-    python, marker = LANGGRAPH_VENV / "bin" / "python", LANGGRAPH_VENV / "pins.json"
-    LANGGRAPH_VENV.parent.mkdir(exist_ok=True)
-    with open(LANGGRAPH_VENV.parent / "langgraph.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and json.loads(marker.read_text()) == LANGGRAPH_PINS:
-            return python
-        print(f"installing {', '.join(LANGGRAPH_PINS)} into {LANGGRAPH_VENV} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(LANGGRAPH_VENV)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        done = subprocess.run(pip + LANGGRAPH_PINS, capture_output=True, text=True, timeout=900)
-        if done.returncode:
-            raise RuntimeError(f"pip failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        marker.write_text(json.dumps(LANGGRAPH_PINS))
-    return python
-
-
-def langgraph_side(args):
-    """Run bench/langgraph_chain.py in LangGraph's virtualenv (-I: none of our paths); its
-    JSON results."""
-    url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + args.langgraph_database
-    common.ensure_postgres_database(url)
-    settings = {
-        "dsn": url,
-        "chains": args.chains,
-        "warmup": args.warmup,
-        "concurrency": args.concurrency,
-        "durability": args.durability,
-        "approve": args.approve,
-    }
-    script = str(Path(__file__).with_name("langgraph_chain.py"))
-    command = [str(langgraph_python()), "-I", script, json.dumps(settings)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if done.returncode:
-        raise RuntimeError(f"the LangGraph side failed ({done.returncode}):\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def blocks(n, size):
+    return [min(size, n - start) for start in range(0, n, size)]
 
 
 # --- ours -------------------------------------------------------------------------------------
@@ -327,29 +299,26 @@ def row(label, ours, theirs, unit, digits=2):
 
 
 def print_comparison(n, ours, theirs):
-    seq, lg_seq = common.stats(ours["seq"]["latencies"]), common.stats(theirs["latencies"])
-    rate, lg_rate = n / ours["burst"]["total"], n / theirs["burst_total"]
+    seq, lg_seq = common.stats(ours["seq"]["latencies"]), common.stats(theirs["seq"]["latencies"])
+    rate, lg_rate = 2 * n / ours["burst"]["total"], 2 * n / theirs["burst"]["total"]
     print(
         f"\n2. The 3-agent chain, ours beside LangGraph (PostgresSaver, durability "
-        f"{theirs['durability']!r}); {n} chains each"
+        f"{theirs['durability']!r}), in turn by blocks; {n} chains each, bursts 2 × {n}"
     )
     print(f"   {'':<46} {'ours':>10} {'LangGraph':>10} {'':<9} ours/LangGraph")
-    row(
-        "per hop, median (sequential chain / 3)",
-        seq["median"] / HOPS * 1e3,
-        lg_seq["median"] / HOPS * 1e3,
-        "ms",
-    )
+    per_hop = (seq["median"] / HOPS * 1e3, lg_seq["median"] / HOPS * 1e3)
+    row("per hop, median (sequential chain / 3)", *per_hop, "ms")
     for key in ("median", "p95", "mean"):
         row(f"chain, sequential, {key}", seq[key] * 1e3, lg_seq[key] * 1e3, "ms")
     row(f"chains/s, burst ({ours['concurrency']} threads)", rate, lg_rate, "chains/s", 1)
-    for phase, lg_key in (("seq", "seq_cpu"), ("burst", "burst_cpu")):
-        mine = (ours[phase]["bench_cpu"] + ours[phase]["worker_cpu"]) / n * 1e3
-        row(f"CPU per chain, {phase} (ours: bench + worker)", mine, theirs[lg_key] / n * 1e3, "ms")
-    if ours.get("approve") and theirs.get("approve_latencies"):
+    for phase, count in (("seq", n), ("burst", 2 * n)):
+        mine = (ours[phase]["bench_cpu"] + ours[phase]["worker_cpu"]) / count * 1e3
+        lg = theirs[phase]["cpu"] / count * 1e3
+        row(f"CPU per chain, {phase} (ours: bench + worker)", mine, lg, "ms")
+    if ours.get("approve"):
         mine, lg = (
             common.stats(ours["approve"]["latencies"]),
-            common.stats(theirs["approve_latencies"]),
+            common.stats(theirs["approve"]["latencies"]),
         )
         for key in ("median", "p95"):
             row(f"approve → chain done, {key}", mine[key] * 1e3, lg[key] * 1e3, "ms")
@@ -358,16 +327,16 @@ def print_comparison(n, ours, theirs):
             f"   (ours: approval decided → C's response inserted, median {server * 1e3:.2f} ms; "
             f"{len(ours['approve']['latencies'])} chains)"
         )
-    for phase in ("seq", "burst"):
+    for phase, count in (("seq", n), ("burst", 2 * n)):
         r = ours[phase]
         print(
-            f"   ours, {phase}: CPU ms per chain, bench {r['bench_cpu'] / n * 1e3:.2f} + worker "
-            f"{r['worker_cpu'] / n * 1e3:.2f}; database sessions per chain "
-            f"{r['sessions'] / n:.1f}"
+            f"   ours, {phase}: CPU ms per chain, bench {r['bench_cpu'] / count * 1e3:.2f} + "
+            f"worker {r['worker_cpu'] / count * 1e3:.2f}; database sessions per chain "
+            f"{r['sessions'] / count:.1f}"
         )
-    rows = ", ".join(f"{v:g} {k}" for k, v in theirs["rows_per_chain"].items())
+    rows = ", ".join(f"{v / n:g} {k}" for k, v in theirs["seq"]["rows"].items())
     print(
-        f"   LangGraph per chain: {theirs['statements_per_chain']:g} SQL statements; rows "
+        f"   LangGraph per chain: {theirs['seq']['statements'] / n:g} SQL statements; rows "
         f"written: {rows}"
     )
 
@@ -455,27 +424,41 @@ def run(args, queue, workdir):
     rig_bench.plant_sentinel(f"{queue}:sentinel")
     print("our chain in process ...", flush=True)
     pieces = in_process(n, args.profile)
-    print("LangGraph ...", flush=True)
-    theirs = langgraph_side(args)
-    print(f"ours: starting the worker ... (load {os.getloadavg()[0]:.2f})", flush=True)
+    print("starting LangGraph's side and our worker ...", flush=True)
+    lg = LangGraph(args)
     key = f"{queue}:responses"
     extra = {rig_bench.NOTIFY_FROM_ENV: CHAIN[-1], "DB_CONN_MAX_AGE": str(args.conn_max_age)}
-    ours = {"concurrency": args.concurrency}
-    with rig_bench.celery_worker(queue, args.concurrency, workdir / "w.log", key, extra) as worker:
-        rig = rig_bench.Rig(worker, key, "notify", 0.001)
-        rig_bench._redis().delete(key)
-        sequential(rig, args.warmup, offset=-args.warmup)
-        print("ours: sequential, burst ...", flush=True)
-        ours["seq"] = sequential(rig, n)
-        ours["burst"] = burst(rig, n, offset=n)
-        if args.approve:
-            print("ours: approve → done ...", flush=True)
-            hold_last(True)
-            try:
-                approve_to_done(rig, min(3, args.approve), offset=-100)  # warm-up
-                ours["approve"] = approve_to_done(rig, args.approve, offset=2 * n)
-            finally:
-                hold_last(False)
+    ours, theirs = {"concurrency": args.concurrency}, {"durability": lg.durability}
+    try:
+        with rig_bench.celery_worker(queue, args.concurrency, workdir / "w.log", key, extra) as w:
+            rig = rig_bench.Rig(w, key, "notify", 0.001)
+            rig_bench._redis().delete(key)
+            sequential(rig, args.warmup, offset=-args.warmup)
+            lg("seq", args.warmup)
+            print(f"sequential, in turn by blocks of {args.block} ...", flush=True)
+            parts = [(sequential(rig, b, offset=n), lg("seq", b)) for b in blocks(n, args.block)]
+            ours["seq"], theirs["seq"] = (merged(side) for side in zip(*parts, strict=True))
+            print("bursts: ours, LangGraph's, LangGraph's, ours ...", flush=True)
+            parts = [burst(rig, n, offset=2 * n), lg("burst", n), lg("burst", n)]
+            ours["burst"] = merged([parts[0], burst(rig, n, offset=3 * n)])
+            theirs["burst"] = merged(parts[1:])
+            if args.approve:
+                print("approve → done, in turn by blocks ...", flush=True)
+                hold_last(True)
+                try:
+                    approve_to_done(rig, min(3, args.approve), offset=-100)  # warm-up
+                    lg("approve", min(3, args.approve))
+                    parts = [
+                        (approve_to_done(rig, b, offset=4 * n), lg("approve", b))
+                        for b in blocks(args.approve, args.block)
+                    ]
+                    ours["approve"], theirs["approve"] = (
+                        merged(s) for s in zip(*parts, strict=True)
+                    )
+                finally:
+                    hold_last(False)
+    finally:
+        lg.close()
     profiled = workdir / "worker.prof"
     if args.profile:
         print("ours: a worker profiling its tasks, sequential chains ...", flush=True)
@@ -483,7 +466,7 @@ def run(args, queue, workdir):
         with rig_bench.celery_worker(queue, args.concurrency, workdir / "p.log", key, extra) as w:
             rig = rig_bench.Rig(w, key, "notify", 0.001)
             sequential(rig, rig_bench.PROFILE_SKIP // HOPS, offset=-1000)  # not profiled
-            sequential(rig, n, offset=3 * n)
+            sequential(rig, n, offset=5 * n)
     print_in_process(*pieces[:4])
     print_comparison(n, ours, theirs)
     print_stages(ours)

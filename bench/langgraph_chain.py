@@ -6,13 +6,15 @@ next is delivered). No LLM work: each node appends its name to the state.
 It runs in LangGraph's own virtualenv (bench/chain.py creates it under var/ and starts this
 script with its python and -I), never imported by the host. One argument, a JSON object:
 
-    {"dsn": "postgresql://…", "chains": 100, "warmup": 10, "concurrency": 4,
-     "durability": "sync", "approve": 20}
+    {"dsn": "postgresql://…", "concurrency": 4, "durability": "sync"}
 
-It clears the checkpointer's tables, then prints one JSON object: the sequential chains'
-latencies, the burst's wall time, this process's CPU time per phase, the approve → done
-latencies (the last node calls interrupt(); `Command(resume=…)` resumes it), and the SQL
-statements and the rows the checkpointer wrote per chain.
+It clears the checkpointer's tables, warms its pool of threads up and prints one line
+({"durability": …}); then it runs the commands bench/chain.py sends, one JSON line each on
+stdin, {"op": "seq" | "burst" | "approve", "n": chains}, so that chain.py can run both sides in
+turn, block by block, and answers each with one JSON line: sequential chains' latencies, this
+process's CPU time, the SQL statements and rows the checkpointer wrote; a burst's wall and CPU
+time; approve → done latencies (the last node calls interrupt(); `Command(resume=…)` resumes
+it).
 """
 
 import concurrent.futures
@@ -124,64 +126,71 @@ def count_statements():
     psycopg.Cursor.execute, psycopg.Cursor.executemany = counted_execute, counted_executemany
 
 
-def measured(func):
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = func()
-    return out, time.perf_counter() - wall, time.process_time() - cpu
-
-
 def rows_written(dsn):
     with connect(dsn) as conn:
         count = sql.SQL("SELECT count(*) AS n FROM {}")
         return {t: conn.execute(count.format(sql.Identifier(t))).fetchone()["n"] for t in TABLES}
 
 
+class Commands:
+    """What bench/chain.py asks, one JSON line each on stdin, answered on one line of stdout."""
+
+    def __init__(self, runner, concurrency):
+        self.runner, self.next = runner, 0
+        self.pool = concurrent.futures.ThreadPoolExecutor(concurrency)
+        list(self.pool.map(runner.chain, range(-1, -1 - 2 * concurrency, -1)))  # its threads' own
+
+    def ids(self, n):
+        self.next += n
+        return range(self.next - n, self.next)
+
+    def seq(self, n):
+        """n chains one after the other: latencies, CPU, statements and rows written."""
+        before, statements = rows_written(self.runner.dsn), STATEMENTS[0]
+        latencies, cpu = [], time.process_time()
+        for i in self.ids(n):
+            start = time.perf_counter()
+            self.runner.chain(i)
+            latencies.append(time.perf_counter() - start)
+        cpu, statements = time.process_time() - cpu, STATEMENTS[0] - statements
+        after = rows_written(self.runner.dsn)
+        rows = {t: after[t] - before[t] for t in TABLES}
+        return {"latencies": latencies, "cpu": cpu, "statements": statements, "rows": rows}
+
+    def burst(self, n):
+        """n chains at once on the pool's threads: wall and CPU time."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        list(self.pool.map(self.runner.chain, self.ids(n)))
+        return {"total": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+
+    def approve(self, n):
+        """n chains run to the interrupt (untimed), each resumed: resume → done latencies."""
+        latencies = []
+        for i in self.ids(n):
+            graph, config = self.runner.chain(i, approve=True)
+            start = time.perf_counter()
+            self.runner.resume(graph, config)
+            latencies.append(time.perf_counter() - start)
+        return {"latencies": latencies}
+
+
 def main():
     args = json.loads(sys.argv[1])
-    dsn, n = args["dsn"], args["chains"]
-    with connect(dsn) as conn:
+    with connect(args["dsn"]) as conn:
         PostgresSaver(conn).setup()
         conn.execute(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(sql.Identifier, TABLES))))
     count_statements()
-    runner = Runner(dsn, args.get("durability", "sync"))
-    out = {"durability": runner.durability}
+    runner = Runner(args["dsn"], args.get("durability", "sync"))
     try:
-        for i in range(args.get("warmup", 10)):
-            runner.chain(-1 - i)
-        before, statements = rows_written(dsn), STATEMENTS[0]
-
-        def sequential():
-            latencies = []
-            for i in range(n):
-                start = time.perf_counter()
-                runner.chain(i)
-                latencies.append(time.perf_counter() - start)
-            return latencies
-
-        out["latencies"], out["seq_total"], out["seq_cpu"] = measured(sequential)
-        out["statements_per_chain"] = (STATEMENTS[0] - statements) / n
-        after = rows_written(dsn)
-        out["rows_per_chain"] = {t: (after[t] - before[t]) / n for t in TABLES}
-
-        pool = concurrent.futures.ThreadPoolExecutor(args.get("concurrency", 4))
-        list(pool.map(runner.chain, range(-1, -1 - 2 * args.get("concurrency", 4), -1)))
-
-        def burst():
-            list(pool.map(runner.chain, range(n, 2 * n)))
-
-        _, out["burst_total"], out["burst_cpu"] = measured(burst)
-        pool.shutdown()
-
-        approvals = []
-        for i in range(args.get("approve", 0)):
-            graph, config = runner.chain(2 * n + i, approve=True)  # runs to the interrupt
-            start = time.perf_counter()
-            runner.resume(graph, config)
-            approvals.append(time.perf_counter() - start)
-        out["approve_latencies"] = approvals
+        commands = Commands(runner, args.get("concurrency", 4))
+        print(json.dumps({"durability": runner.durability}), flush=True)
+        for line in sys.stdin:
+            command = json.loads(line)
+            answer = getattr(commands, command["op"])(command["n"])
+            print(json.dumps(answer), flush=True)
+        commands.pool.shutdown()
     finally:
         runner.close()
-    print(json.dumps(out))
 
 
 if __name__ == "__main__":
