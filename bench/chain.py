@@ -80,8 +80,16 @@ def parse_args(argv=None):
         help="the worker's DB_CONN_MAX_AGE: 60 keeps its connections as compose's workers do, 0 "
         "opens a database session per task (default: %(default)s)",
     )
-    parser.add_argument("--durability", default="sync", choices=("sync", "async", "exit"))
-    parser.add_argument("--profile", action="store_true", help="cProfile in-process chains")
+    parser.add_argument(
+        "--durability",
+        default="sync",
+        choices=("sync", "async", "exit"),
+        help="LangGraph's: sync writes each step's checkpoint before the next step, as each of "
+        "our hops commits before the next (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile in-process chains and the worker's tasks"
+    )
     parser.add_argument("--top", type=int, default=25, help="rows of profile output")
     return parser.parse_args(argv)
 
