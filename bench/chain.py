@@ -59,6 +59,7 @@ from bench.langgraph_peer import LangGraph
 SENDER, CHAIN = rig_bench.SENDER, ("bench-a", "bench-b", "bench-c")
 HOPS = len(CHAIN)
 APPROVER = "bench-approver"
+FLUSH = ("agents.AgentRun", "held.Ceremony", "a2a.A2AMessage", "a2a.PartnerKey", "agents.Agent")
 
 
 def parse_args(argv=None):
@@ -115,15 +116,7 @@ def blocks(n, size):
 
 def setup_database():
     """Migrate, clear the agents, A2A and held-call tables, create the sender and the chain."""
-    common.setup_django(
-        flush=(
-            "agents.AgentRun",
-            "held.Ceremony",
-            "a2a.A2AMessage",
-            "a2a.PartnerKey",
-            "agents.Agent",
-        )
-    )
+    common.setup_django(flush=FLUSH)
     from django.contrib.auth import get_user_model
 
     from agents.models import Agent
@@ -349,6 +342,17 @@ def print_comparison(n, ours, theirs):
     )
 
 
+def check_chains(contexts):
+    """Warn (stderr) unless every hop of every chain was answered with success."""
+    from a2a.models import A2AMessage
+
+    answers = A2AMessage.objects.filter(context_id__in=contexts, type="task_response")
+    failed = answers.exclude(status="success").count()
+    if answers.count() != HOPS * len(contexts) or failed:
+        print(f"  WARNING: {answers.count()} responses in {len(contexts)} chains, {failed} not "
+              "successful (another benchmark on the same database?)", file=sys.stderr)  # fmt: skip
+
+
 def print_stages(ours):
     print("\n3. Our server-side time per hop, from the rows' timestamps (medians, ms):")
     print("   queued = request inserted → its run started (commit, publish, broker, worker,")
@@ -478,6 +482,7 @@ def run(args, queue, workdir):
     print_in_process(*pieces[:4])
     print_comparison(n, ours, theirs)
     print_stages(ours)
+    check_chains(ours["seq"]["contexts"] + ours["burst"]["contexts"])
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if rig_bench.flush_hint():
         print(f"\nWARNING: the figures may be wrong{rig_bench.flush_hint()}.", file=sys.stderr)
