@@ -62,6 +62,10 @@ SENDER = "bench-sender"
 ECHO = "bench-echo"
 HANDLER = "bench.common.Echo"
 NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
+NOTIFY_FROM_ENV = "MCPLET_BENCH_BUS_NOTIFY_FROM"  # bench/chain.py: the chain's last agent
+QUEUE_ENV = "MCPLET_BENCH_BUS_QUEUE"
+PROFILE_ENV = "MCPLET_BENCH_WORKER_PROFILE"  # a path: the worker profiles its tasks there
+PROFILE_SKIP = 30  # host tasks not profiled: a warm-up of that many goes first
 
 
 @functools.cache
@@ -72,13 +76,17 @@ def _redis():
 
 
 def _notify_response(sender, instance, created, **kwargs):
-    """(The bench's worker only.) Once a response to bench-sender is committed, push its
-    request's id to a Redis list: the bench learns of it without polling the database."""
-    if created and instance.type == "task_response" and instance.recipient_id == SENDER:
+    """(The bench's worker only.) Once a response to bench-sender (or, with NOTIFY_FROM_ENV, a
+    response from one of the agents it names) is committed, push its request's id and its
+    context id to a Redis list: the bench learns of it without polling the database."""
+    if not created or instance.type != "task_response":
+        return
+    senders = os.environ.get(NOTIFY_FROM_ENV)
+    if (instance.sender_id in senders.split(",")) if senders else instance.recipient_id == SENDER:
         from django.db import transaction
 
-        key, reply_to = os.environ[NOTIFY_ENV], str(instance.reply_to)
-        transaction.on_commit(lambda: _redis().rpush(key, reply_to))
+        key, ids = os.environ[NOTIFY_ENV], f"{instance.reply_to} {instance.context_id}"
+        transaction.on_commit(lambda: _redis().rpush(key, ids))
 
 
 def _connect_notify():
@@ -89,6 +97,14 @@ def _connect_notify():
 
 if os.environ.get(NOTIFY_ENV):
     _connect_notify()
+
+
+if os.environ.get(PROFILE_ENV):
+    common.profile_tasks(os.environ[PROFILE_ENV], PROFILE_SKIP)
+if os.environ.get(QUEUE_ENV):  # the bench's worker: what it sends (a hand-off) stays private
+    from mcplet_host.celery import app as _app
+
+    _app.conf.task_default_queue = os.environ[QUEUE_ENV]
 
 
 @shared_task(name="bench.echo")
@@ -155,12 +171,14 @@ def phase_timeout(n):
 
 
 @contextlib.contextmanager
-def celery_worker(queue, concurrency, log_path, notify_key):
-    """A real worker subprocess on the private queue, importing this module's task/handler."""
+def celery_worker(queue, concurrency, log_path, notify_key, more_env=None):
+    """A real worker subprocess on the private queue (what it sends goes there too), importing
+    this module's task/handler; `more_env`: more of its environment."""
     command = [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker"]
     command += ["-P", "threads", "-c", str(concurrency), "-n", f"{queue}@%h", "-Q", queue]
     command += ["--include", "bench.bus", "--without-mingle", "--without-gossip", "-l", "WARNING"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key, QUEUE_ENV: queue}
+    env.update(more_env or {})
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     try:
@@ -266,8 +284,8 @@ class Rig:
             if self.worker.poll() is not None:
                 raise RuntimeError(f"the worker exited ({self.worker.returncode})")
             item = _redis().blpop(self.key, timeout=1)
-            if item is not None:
-                pending.discard(item[1].decode())
+            if item is not None:  # "<request id> <context id>": either may be awaited
+                pending.difference_update(item[1].decode().split())
             elif time.monotonic() > deadline:
                 raise RuntimeError(
                     f"timed out waiting for {len(pending)} response(s){flush_hint()}"
@@ -424,6 +442,7 @@ class Breakdown:
             ("finish", runner, "finish"),
             ("respond", bus, "respond"),
             ("audit", audit, "record"),
+            ("post", bus, "post"),
         ]
         stack = contextlib.ExitStack()
         for label, owner, name in targets:
@@ -606,13 +625,19 @@ def print_pieces(rows, queries, breakdown):
     for label, s in rows:
         print(f"   {label:<64} {us(s['median'])} {us(s['p95'])} {us(s['mean'])} {us(s['cpu'])}")
 
+    print_breakdown(breakdown, "agents.deliver in process, broken down (mean per message):")
+    print_queries(queries)
+
+
+def print_breakdown(breakdown, title):
+    """The mean time per delivered message in each step of agents.deliver (`Breakdown`)."""
     mean = {k: statistics.fmean(v) for k, v in breakdown.per_message.items()}
 
     def get(label):
         return mean.get(label, 0.0)
 
     deliver = get("deliver")
-    finish_rest = get("finish") - get("respond") - get("audit")
+    finish_rest = get("finish") - get("respond") - get("audit") - get("post")
     advance_rest = get("advance") - get("claim") - get("release") - get("finish")
     deliver_rest = (
         deliver - get("authenticate") - get("start") - get("mark_delivered") - get("advance")
@@ -629,14 +654,20 @@ def print_pieces(rows, queries, breakdown):
         ("      run.save() (all columns) and the rest of finish", finish_rest),
         ("      bus.respond (build + validate, INSERT, UPDATE state)", get("respond")),
         ("      audit.record (one statement on PostgreSQL)", get("audit")),
+        ("      hand-off: bus.post to the next agent (validate, sign, INSERT)", get("post")),
         ("    AgentRun.release (UPDATE)", get("release")),
         ("    load run after the lease (select_related), handler, rest", advance_rest),
     ]
-    print("\n   agents.deliver in process, broken down (mean per message):")
+    print(f"\n   {title}")
     for label, seconds in tree:
         share = seconds / deliver * 100 if deliver else 0
-        print(f"   {label:<64} {us(seconds)} µs {share:>5.0f}%")
+        if seconds or "hand-off" not in label:
+            print(f"   {label:<64} {us(seconds)} µs {share:>5.0f}%")
 
+
+def print_queries(queries, listed=None):
+    """Each named capture's SQL statements: how many of each kind, the commits, and the text
+    (of those named in `listed`, by default all)."""
     for name, captured in queries.items():
         statements = [q["sql"] for q in captured.captured_queries]
         kinds = defaultdict(int)
@@ -646,7 +677,7 @@ def print_pieces(rows, queries, breakdown):
         print(
             f"\n   {name}: {len(statements)} statements ({summary}), {commits(statements)} commits"
         )
-        for sql in statements:
+        for sql in statements if listed is None or name in listed else ():
             text = " ".join(sql.split())
             print(f"     {text[:110]}{'…' if len(text) > 110 else ''}")
 
