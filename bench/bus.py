@@ -179,6 +179,7 @@ def celery_worker(queue, concurrency, log_path, notify_key, more_env=None):
     command += ["--include", "bench.bus", "--without-mingle", "--without-gossip", "-l", "WARNING"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key, QUEUE_ENV: queue}
     env.update(more_env or {})
+    env.setdefault("DB_CONN_MAX_AGE", "60")  # its connection kept across tasks, as compose's
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     try:
