@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
         REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench \\
         .venv/bin/python bench/peers.py [--calls 300] [--rounds 10]
-        [--variants defaults,audit,stateful] [--keep]
+        [--variants defaults,audit,stateful,audit-all] [--keep]
 
 One MCP server (bench/gateway.py's: one read tool over streamable HTTP) is called `--calls`
 times by each path, all from this process with the `mcp` client:
@@ -13,8 +13,10 @@ times by each path, all from this process with the `mcp` client:
   bench/gateway.py, on a thread of its own (Django's ORM refuses a running event loop);
 - contextforge <variant>: one client session to a ContextForge virtual server that holds the
   same tool, authenticated with a JWT it minted, one ContextForge process per variant:
-  `defaults` (its own defaults: stateless streamable HTTP, JSON responses), `audit`
-  (AUDIT_TRAIL_ENABLED=true) and `stateful` (USE_STATEFUL_SESSIONS=true).
+  `defaults` (its own defaults: stateless streamable HTTP, JSON responses, so a new upstream
+  MCP session per call), `audit` (AUDIT_TRAIL_ENABLED=true), `stateful`
+  (USE_STATEFUL_SESSIONS=true: the upstream session is kept for the client's session) and
+  `audit-all` (the audit trail and PERMISSION_AUDIT_ENABLED=true).
 
 The calls go in `--rounds` rounds; each round gives every path its share in turn, the order
 rotating from round to round, so that a change of machine load hits all paths alike. It prints
@@ -22,11 +24,12 @@ median, p95, mean and calls/s per path, the median's overhead over direct and th
 per call: this process's (the client, plus the whole gateway for `gateway`) and the peer's
 process tree. PostgreSQL's and the MCP server's CPU are not counted.
 
-ContextForge (PyPI `mcp-contextforge-gateway`, pinned below) runs in its own virtualenv,
+ContextForge (the package `mcp-contextforge-gateway`, pinned below) runs in its own virtualenv,
 var/contextforge, created on first use from the package registry with a Python 3.12 or 3.13
 (CONTEXTFORGE_PYTHON, else python3.12/3.13 on PATH or pyenv's) and reused while its marker
 file matches. Each variant runs as `mcpgateway` (uvicorn, one process) on a free port with a
-SQLite file in the scratch directory, fresh random secrets, its bootstrap admin, and its rate
+SQLite file in the scratch directory, fresh random secrets, its bootstrap admin, localhost
+allowed as an upstream (SSRF_ALLOW_LOCALHOST) and its rate
 limit for MCP raised out of the way (it stays on, as ours does). The MCP server is registered
 through its REST API (POST /gateways, then /servers). Nothing is asserted.
 """
@@ -61,6 +64,9 @@ VARIANTS = {
     "defaults": {},
     "audit": {"AUDIT_TRAIL_ENABLED": "true"},
     "stateful": {"USE_STATEFUL_SESSIONS": "true"},
+    # Its audit trail records changes (tools, servers…), not calls; the permission audit
+    # writes a row per RBAC check, two per call here.
+    "audit-all": {"AUDIT_TRAIL_ENABLED": "true", "PERMISSION_AUDIT_ENABLED": "true"},
 }
 START_TIMEOUT = 180  # seconds: the first start migrates its database
 
