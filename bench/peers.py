@@ -29,9 +29,9 @@ var/contextforge, created on first use from the package registry with a Python 3
 (CONTEXTFORGE_PYTHON, else python3.12/3.13 on PATH or pyenv's) and reused while its marker
 file matches. Each variant runs as `mcpgateway` (uvicorn, one process) on a free port with a
 SQLite file in the scratch directory, fresh random secrets, its bootstrap admin, localhost
-allowed as an upstream (SSRF_ALLOW_LOCALHOST) and its rate
-limit for MCP raised out of the way (it stays on, as ours does). The MCP server is registered
-through its REST API (POST /gateways, then /servers). Nothing is asserted.
+allowed as an upstream (SSRF_ALLOW_LOCALHOST) and its rate limit for MCP raised out of the way
+(it stays on, as ours does). The MCP server is registered through its REST API (POST /gateways,
+then /servers). Nothing is asserted.
 """
 
 import argparse
@@ -68,7 +68,7 @@ VARIANTS = {
     # writes a row per RBAC check, two per call here.
     "audit-all": {"AUDIT_TRAIL_ENABLED": "true", "PERMISSION_AUDIT_ENABLED": "true"},
 }
-START_TIMEOUT = 180  # seconds: the first start migrates its database
+START_TIMEOUT = 300  # seconds: each start migrates its new database (2 min seen under load)
 
 
 class PeerFailed(Exception):
