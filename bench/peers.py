@@ -241,6 +241,17 @@ class Peer:
         return f"--- {self.label}: the last lines of {self.log} ---\n" + "\n".join(text)
 
 
+def peer_failure(error):
+    """The PeerFailed that `error` is or holds (the SDK's task groups wrap what is raised in
+    their sessions), or None."""
+    while isinstance(error, BaseExceptionGroup):
+        group = error.subgroup(PeerFailed)
+        if group is None:
+            return None
+        error = group.exceptions[0]
+    return error if isinstance(error, PeerFailed) else None
+
+
 def tree_cpu(pid):
     """CPU seconds of a process and all its descendants so far (the peer forks helpers)."""
     total, todo = 0.0, [pid]
@@ -272,6 +283,19 @@ async def open_session(stack, url, token=None):
     return session
 
 
+async def peer_path(stack, peer, url, name, token, expected):
+    """A session to the peer's server (closed with `stack`), checked with one call: a function
+    timing `n` calls on it."""
+    try:
+        session = await open_session(stack, url, token)
+        answer = await session.call_tool(name, ARGS)
+    except Exception as error:  # the SDK's and anyio's, in groups too
+        raise PeerFailed(f"{peer.label}: MCP session or call failed: {error!r}") from error
+    if answer.is_error or answer.structured_content != expected:
+        raise PeerFailed(f"{peer.label} answered {answer}")
+    return lambda n: timed_calls(session, n, name)
+
+
 async def measure(url, agent, targets, args):
     """{label: (durations, CPU seconds of this process, of the peer)} for every path."""
     from mcplet_host import gateway
@@ -292,16 +316,8 @@ async def measure(url, agent, targets, args):
         outcome = await loop.run_in_executor(thread, call)
         if outcome.status != "executed" or outcome.is_error:
             print(f"  WARNING: the gateway answered {outcome.envelope}", file=sys.stderr)
-        for peer, (peer_url, name, token) in targets.items():
-            session = await open_session(stack, peer_url, token)
-            answer = await session.call_tool(name, ARGS)
-            if answer.is_error or answer.structured_content != expected:
-                raise PeerFailed(f"{peer.label} answered {answer}")
-
-            def batch(n, session=session, name=name):
-                return timed_calls(session, n, name)
-
-            paths[peer.label] = (batch, peer)
+        for peer, target in targets.items():
+            paths[peer.label] = (await peer_path(stack, peer, *target, expected), peer)
         for run, _ in paths.values():
             await run(WARMUP)
         per_round = math.ceil(args.calls / args.rounds)
@@ -385,10 +401,13 @@ def main(argv=None):
             try:
                 targets = start_peers(args.variants, workdir, stack, url, peers)
                 results = asyncio.run(measure(url, agent, targets, args))
-            except PeerFailed as error:
+            except Exception as error:
+                failure = peer_failure(error)
+                if failure is None:
+                    raise
                 for peer in peers:
                     print(peer.tail(), file=sys.stderr)
-                print(f"\nbench/peers.py: ContextForge failed: {error}", file=sys.stderr)
+                print(f"\nbench/peers.py: ContextForge failed: {failure}", file=sys.stderr)
                 sys.exit(1)
         report(results, args.rounds * math.ceil(args.calls / args.rounds))
         print(f"machine at the end: {machine()}")
