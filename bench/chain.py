@@ -53,6 +53,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import bus as rig_bench
+from bench import bus_pieces as pieces
 from bench import common
 from bench.langgraph_peer import LangGraph
 
@@ -273,11 +274,11 @@ def in_process(n, profile):
         for i in range(min(n, 10)):
             one_chain(-1 - i)
         cpu = time.process_time()
-        times = rig_bench.timed_loop(n, one_chain)
+        times = pieces.timed_loop(n, one_chain)
         cpu = (time.process_time() - cpu) / n
         queries = {}
         one_chain(-100, captured=queries)
-        breakdown = rig_bench.Breakdown()
+        breakdown = pieces.Breakdown()
         with breakdown.patches():
             for i in range(n):
                 one_chain(i, breakdown)
@@ -391,8 +392,8 @@ def print_in_process(times, cpu, queries, breakdown):
         f"   per chain median {st['median'] * 1e3:.2f} ms (p95 {st['p95'] * 1e3:.2f}), per hop "
         f"{st['median'] / HOPS * 1e3:.2f} ms; CPU {cpu * 1e3:.2f} ms per chain"
     )
-    rig_bench.print_breakdown(breakdown, "one hop's agents.deliver, broken down (mean per hop):")
-    rig_bench.print_queries(queries, listed=("agents.deliver, hop 2",))
+    pieces.print_breakdown(breakdown, "one hop's agents.deliver, broken down (mean per hop):")
+    pieces.print_queries(queries, listed=("agents.deliver, hop 2",))
 
 
 # --- main -------------------------------------------------------------------------------------
