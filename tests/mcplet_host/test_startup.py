@@ -19,9 +19,9 @@ print("loaded:", *[name for name in {HEAVY!r} if name in sys.modules])
 """
 
 
-def test_check_imports_no_llm_or_mcp_library():
+def run_python(code):
     done = subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "mcplet_host.settings"},
         capture_output=True,
@@ -29,4 +29,23 @@ def test_check_imports_no_llm_or_mcp_library():
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "loaded:"
+    return done.stdout
+
+
+def test_check_imports_no_llm_or_mcp_library():
+    assert run_python(PROBE).splitlines()[-1] == "loaded:"
+
+
+def test_a_worker_loads_what_the_first_llm_call_would():
+    """What a worker runs as it starts (mcplet_host.celery): litellm, its tokenizer and the
+    scripted provider loaded, in a process that has not called a model yet."""
+    run_python(
+        "import sys, django; django.setup()\n"
+        "from agents import llm\n"
+        "assert 'litellm' not in sys.modules\n"
+        "llm.load()\n"
+        "import litellm\n"
+        "from agents.scripted import PROVIDER\n"
+        "assert PROVIDER in [p['provider'] for p in litellm.custom_provider_map]\n"
+        "assert 'encoding' in vars(sys.modules['litellm.main'])\n"
+    )
