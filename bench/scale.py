@@ -402,7 +402,7 @@ def report(label, results, failures, elapsed, before, after, load, bench):
     share = host / (host + spent["MCP"]) if host + spent["MCP"] else float("nan")
     print(
         f"{done} scenarios complete in {elapsed:.0f} s: {per_minute:.1f} per minute; "
-        f"{len(failures)} did not complete; machine busy {busy / total:.0%} "
+        f"{len(failures)} did not complete (warm-up included); machine busy {busy / total:.0%} "
         f"(load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)"
     )
     for reason, n in collections.Counter(failures).most_common(5):

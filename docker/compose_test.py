@@ -1,6 +1,8 @@
 """`make compose-test`: the project's docker-compose.yml, unmodified, on a real Docker engine,
-checked as a user would — then stopped, started again on the same volumes, checked again, and
-removed with its volumes. Prints the build and start times, the image size and every check.
+checked as a user would — then stopped, started again on the same volumes, checked again, scaled
+out (`up --scale worker=2`, the web at MCPLET_WEB_PROCESSES=3: each worker takes work, each web
+process serves) and removed with its volumes. Prints the build and start times, the image size
+and every check.
 
 Stand-ins (docker/standins) replace the public images only when those cannot be pulled; the
 stack runs as its own compose project on free loopback ports, so it disturbs nothing else.
@@ -133,7 +135,7 @@ def up_and_healthy(stack, port):
 
     wait("every one-shot service to finish and every other to be healthy", settled, 300)
     elapsed = time.monotonic() - started
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
         body = json.loads(response.read())
         assert response.status == 200 and body["status"] == "up", body
     check(
