@@ -305,11 +305,12 @@ def scaled(stack, port):
     stack.run("up", "-d", "--no-deps", "--scale", "worker=2", "worker", "web")
     workers = wait("two healthy worker containers", lambda: healthy(stack, "worker", 2), 240)
     wait("the web healthy again", lambda: healthy(stack, "web", 1), 240)
-    ping = stack.run("exec", "-T", "worker", "celery", "-A", "mcplet_host", "inspect", "ping")
-    nodes = sorted(set(re.findall(r"-> (celery@\S+): OK", ping.stdout)))
+    ping = ["celery", "-A", "mcplet_host", "inspect", "ping", "--timeout", "10"]
+    ping = stack.run("exec", "-T", "worker", *ping).stdout
+    nodes = sorted(set(re.findall(r"->\s+(celery@\S+):\s+OK", ping)))
     names = {row["ID"][:12] for row in workers}
     if len(nodes) != 2 or {node.removeprefix("celery@") for node in nodes} != names:
-        raise SystemExit(f"FAILED: inspect ping answered {nodes}, not the workers {names}")
+        raise SystemExit(f"FAILED: inspect ping answered {nodes}, not the workers {names}:\n{ping}")
     check(
         "up --scale worker=2",
         f"2 worker containers healthy {time.monotonic() - started:.0f} s later; "
