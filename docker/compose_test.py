@@ -281,8 +281,8 @@ def web_processes(stack, port, expected, requests=400):
         )
     check(
         f"web serves with {expected} processes",
-        f"MCPLET_WEB_PROCESSES={expected}: uvicorn workers {', '.join(sorted(before))}; CPU "
-        f"ticks each spent on {requests} /healthz requests: {sorted(grew.values())}",
+        f"MCPLET_WEB_PROCESSES={expected}: uvicorn workers {', '.join(sorted(before, key=int))}; "
+        f"CPU ticks each spent on {requests} /healthz requests: {sorted(grew.values())}",
     )
 
 
