@@ -456,7 +456,11 @@ def main(argv=None):
 def print_ratios(figures):
     first_key = next(iter(figures))
     first = figures[first_key]
-    print(f"\nBy configuration (ratios to {first_key[0]} worker × {first_key[1]} web):")
+    workers, web_processes = first_key
+    print(
+        f"\nBy configuration (ratios to {workers} worker{'s' * (workers > 1)} × "
+        f"{web_processes} web process{'es' * (web_processes > 1)}):"
+    )
     print(
         f"  {'workers × web':<14} {'per min':>8} {'p50 s':>7} {'host ms':>8} {'share':>6} "
         f"{'busy':>5} {'failed':>6} {'×per min':>9} {'×p50':>6} {'×host ms':>9}"
