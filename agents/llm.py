@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -34,18 +35,32 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL = "scripted/reference"
 
 
+_loading = threading.Lock()
+
+
 @functools.cache
 def _litellm():
-    """litellm, imported at the first LLM call and kept offline. Importing it takes seconds,
-    which every manage.py command and web process would otherwise pay at start-up without
-    ever calling a model (bench/startup.py)."""
-    import litellm
+    """litellm, imported at the first LLM call (or as a worker starts: `load`) and kept
+    offline. Importing it takes seconds, which every manage.py command and web process would
+    otherwise pay at start-up without ever calling a model (bench/startup.py). One thread
+    imports it; another waits rather than see a module half loaded."""
+    with _loading:
+        import litellm
 
-    # No phoning home, no "Give Feedback / Get Help" banners in the logs.
-    if hasattr(litellm, "telemetry"):
-        litellm.telemetry = False
-    litellm.suppress_debug_info = True
-    return litellm
+        # No phoning home, no "Give Feedback / Get Help" banners in the logs.
+        if hasattr(litellm, "telemetry"):
+            litellm.telemetry = False
+        litellm.suppress_debug_info = True
+        return litellm
+
+
+def load():
+    """What the first LLM call would load, loaded now (a worker starting): litellm, the
+    scripted provider, and the tokenizer litellm loads at its first completion."""
+    from litellm import main
+
+    register_scripted_provider()
+    main.encoding  # noqa: B018 (a lazy module attribute: reading it loads it)
 
 
 def _transient_errors() -> tuple[type[BaseException], ...]:

@@ -85,7 +85,8 @@ def advance(run_id):
             log.exception("run %s failed", run.pk)
             finish(run, AgentRun.Status.ERROR, error={"message": f"{type(exc).__name__}: {exc}"})
         finally:
-            run.release(owner)
+            if not run.is_final:  # an ended run's lease went with its last commit (finish)
+                run.release(owner)
         # An approval that landed after this worker left the run waiting, and before it let go
         # of the lease, set the run running again but could not claim it: take it up here.
         if not (
@@ -405,6 +406,7 @@ def finish(run, status, *, result=None, error=None):
         if result is not None:
             run.result = result
         run.error = error
+        run.lease_until, run.lease_owner = None, ""  # an ended run is nobody's to advance
         run.save()
         # A call it held and nobody decided yet must not run for a run that has ended (one that
         # broke after holding it): it is rejected, and its continuation finds the run ended.

@@ -101,6 +101,11 @@ def parse_args(argv=None):
         "exhausts PostgreSQL's max_connections in seconds (default: %(default)s)",
     )
     parser.add_argument(
+        "--db-pool",
+        help="the server's DB_POOL_MAX_SIZE: PostgreSQL connections each process keeps in a pool "
+        "(0: none, a new connection per request; default: what `serve` sets)",
+    )
+    parser.add_argument(
         "--without-broadcast",
         action="store_true",
         help="disconnect the dashboard's broadcast of each audit event (a Redis channel-layer "
@@ -351,7 +356,7 @@ def profile_servers(specs, names, args, env, workdir):
         stats.dump_stats(path)
         title = (
             f"cProfile of the server ({web.describe(processes)}), {name}: {result['rps']:.1f} "
-            "req/s under the profiler, all threads (warm-up and start-up included)"
+            "req/s under the profiler, all threads (warm-up and start-up included), CPU time"
         )
         common.print_profile(str(path), title, args.top, ("tottime", "cumulative"))
 
@@ -442,6 +447,8 @@ def main(argv=None):
             web.BROADCAST_ENV: "off" if args.without_broadcast else "on",
         }
     )
+    if args.db_pool is not None:
+        os.environ["DB_POOL_MAX_SIZE"] = args.db_pool
     os.environ["DATABASE_URL"] = own_database(os.environ["DATABASE_URL"])
     with common.scratch("mcplet-bench-a2a-", keep=args.keep) as workdir:
         raw_key = setup_database()
@@ -465,7 +472,8 @@ def run(args, raw_key, queue, workdir):
     print(
         f"server: {web.ASGI_APP} by process count {args.web_processes}; broker and cache: Redis, "
         f"private queue {queue!r}; MCPLET_PARTNER_RATE={args.rate}; "
-        f"CONN_MAX_AGE={args.conn_max_age}; dashboard audit broadcast "
+        f"CONN_MAX_AGE={args.conn_max_age}; DB_POOL_MAX_SIZE="
+        f"{os.environ.get('DB_POOL_MAX_SIZE', 'as serve sets')}; dashboard audit broadcast "
         f"{'off' if args.without_broadcast else 'on'}; {os.cpu_count()} CPUs; load average "
         f"{load_average()}"
     )

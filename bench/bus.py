@@ -40,28 +40,28 @@ its tasks and results: it warns when it sees that happen. Nothing is asserted.
 
 import argparse
 import contextlib
-import cProfile
 import functools
 import os
-import statistics
 import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from unittest import mock
 
 from celery import shared_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import common
+from bench.bus_pieces import ECHO, SENDER, host_pieces, ms, print_pieces
 from tests.processes import stop
 
-SENDER = "bench-sender"
-ECHO = "bench-echo"
 HANDLER = "bench.common.Echo"
 NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
+NOTIFY_FROM_ENV = "MCPLET_BENCH_BUS_NOTIFY_FROM"  # bench/chain.py: the chain's last agent
+QUEUE_ENV = "MCPLET_BENCH_BUS_QUEUE"
+PROFILE_ENV = "MCPLET_BENCH_WORKER_PROFILE"  # a path: the worker profiles its tasks there
+PROFILE_SKIP = 30  # host tasks not profiled: a warm-up of that many goes first
 
 
 @functools.cache
@@ -72,13 +72,17 @@ def _redis():
 
 
 def _notify_response(sender, instance, created, **kwargs):
-    """(The bench's worker only.) Once a response to bench-sender is committed, push its
-    request's id to a Redis list: the bench learns of it without polling the database."""
-    if created and instance.type == "task_response" and instance.recipient_id == SENDER:
+    """(The bench's worker only.) Once a response to bench-sender (or, with NOTIFY_FROM_ENV, a
+    response from one of the agents it names) is committed, push its request's id and its
+    context id to a Redis list: the bench learns of it without polling the database."""
+    if not created or instance.type != "task_response":
+        return
+    senders = os.environ.get(NOTIFY_FROM_ENV)
+    if (instance.sender_id in senders.split(",")) if senders else instance.recipient_id == SENDER:
         from django.db import transaction
 
-        key, reply_to = os.environ[NOTIFY_ENV], str(instance.reply_to)
-        transaction.on_commit(lambda: _redis().rpush(key, reply_to))
+        key, ids = os.environ[NOTIFY_ENV], f"{instance.reply_to} {instance.context_id}"
+        transaction.on_commit(lambda: _redis().rpush(key, ids))
 
 
 def _connect_notify():
@@ -89,6 +93,14 @@ def _connect_notify():
 
 if os.environ.get(NOTIFY_ENV):
     _connect_notify()
+
+
+if os.environ.get(PROFILE_ENV):
+    common.profile_tasks(os.environ[PROFILE_ENV], PROFILE_SKIP)
+if os.environ.get(QUEUE_ENV):  # the bench's worker: what it sends (a hand-off) stays private
+    from mcplet_host.celery import app as _app
+
+    _app.conf.task_default_queue = os.environ[QUEUE_ENV]
 
 
 @shared_task(name="bench.echo")
@@ -155,12 +167,15 @@ def phase_timeout(n):
 
 
 @contextlib.contextmanager
-def celery_worker(queue, concurrency, log_path, notify_key):
-    """A real worker subprocess on the private queue, importing this module's task/handler."""
+def celery_worker(queue, concurrency, log_path, notify_key, more_env=None):
+    """A real worker subprocess on the private queue (what it sends goes there too), importing
+    this module's task/handler; `more_env`: more of its environment."""
     command = [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker"]
     command += ["-P", "threads", "-c", str(concurrency), "-n", f"{queue}@%h", "-Q", queue]
     command += ["--include", "bench.bus", "--without-mingle", "--without-gossip", "-l", "WARNING"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key, QUEUE_ENV: queue}
+    env.update(more_env or {})
+    env.setdefault("DB_CONN_MAX_AGE", "60")  # its connection kept across tasks, as compose's
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     try:
@@ -266,8 +281,8 @@ class Rig:
             if self.worker.poll() is not None:
                 raise RuntimeError(f"the worker exited ({self.worker.returncode})")
             item = _redis().blpop(self.key, timeout=1)
-            if item is not None:
-                pending.discard(item[1].decode())
+            if item is not None:  # "<request id> <context id>": either may be awaited
+                pending.difference_update(item[1].decode().split())
             elif time.monotonic() > deadline:
                 raise RuntimeError(
                     f"timed out waiting for {len(pending)} response(s){flush_hint()}"
@@ -398,257 +413,7 @@ def server_stages(ids):
     return out
 
 
-# --- host-side pieces, in process -------------------------------------------------------------
-
-
-class Breakdown:
-    """Wraps functions so their time inside each delivered message is summed per label."""
-
-    def __init__(self):
-        self.watches = defaultdict(common.Stopwatch)
-        self.per_message = defaultdict(list)
-
-    def patches(self):
-        from a2a import bus
-        from agents import runner
-        from agents.models import AgentRun
-        from mcplet_host import audit
-
-        targets = [
-            ("authenticate", bus, "authenticate"),
-            ("start", runner, "start"),
-            ("mark_delivered", bus, "mark_delivered"),
-            ("advance", runner, "advance"),
-            ("claim", AgentRun, "claim"),
-            ("release", AgentRun, "release"),
-            ("finish", runner, "finish"),
-            ("respond", bus, "respond"),
-            ("audit", audit, "record"),
-        ]
-        stack = contextlib.ExitStack()
-        for label, owner, name in targets:
-            timed = self.watches[label].wrap(getattr(owner, name))
-            stack.enter_context(mock.patch.object(owner, name, timed))
-        return stack
-
-    def end_message(self, total):
-        self.per_message["deliver"].append(total)
-        for label, watch in self.watches.items():
-            self.per_message[label].append(watch.seconds)
-            watch.reset()
-
-
-def lookup_agent(agent_id):
-    from agents.models import Agent
-
-    return Agent.objects.filter(agent_id=agent_id).first()
-
-
-def commits(statements):
-    """Transactions committed by a list of SQL statements run in autocommit mode: each explicit
-    BEGIN … COMMIT, and each write outside one."""
-    count, inside = 0, False
-    for sql in statements:
-        word = sql.split(None, 1)[0].upper()
-        if word == "BEGIN":
-            inside = True
-        elif word == "COMMIT":
-            count, inside = count + 1, False
-        elif word in ("INSERT", "UPDATE", "DELETE") and not inside:
-            count += 1
-    return count
-
-
-def timed_loop(n, func):
-    times = []
-    for i in range(n):
-        start = time.perf_counter()
-        func(i)
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def host_pieces(n, sink, profile=False):
-    """Time the host-side pieces of one message in this process; returns (rows, queries,
-    breakdown, profiler). `sink` is a queue no worker reads, for the publish alone."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from a2a import bus, messages
-    from a2a.models import A2AMessage
-    from a2a.schemas import validate
-    from agents.tasks import deliver
-    from mcplet_host.celery import app
-
-    key = bus.signing_key()
-    request = messages.task_request(SENDER, ECHO, {"i": 0})
-    signature = messages.sign(request, key)
-    rows = []
-
-    def piece(label, func, count=n):
-        timed_loop(min(count, 20), func)  # warm-up
-        cpu = time.process_time()
-        times = timed_loop(count, func)
-        rows.append((label, {**common.stats(times), "cpu": (time.process_time() - cpu) / count}))
-
-    cpu = max(n, 1000)
-    piece("schema validation of a task_request", lambda i: validate("task-request", request), cpu)
-    piece(
-        "build task_request (JSON copy + validation)",
-        lambda i: messages.task_request(SENDER, ECHO, {"i": i}),
-        cpu,
-    )
-    piece("signing key (salted_hmac of SECRET_KEY)", lambda i: bus.signing_key(), cpu)
-    piece("sign (HMAC-SHA256 of canonical JSON)", lambda i: messages.sign(request, key), cpu)
-    piece("verify", lambda i: messages.verify(request, signature, key), cpu)
-    piece(
-        "build task_response (validates request + response)",
-        lambda i: messages.task_response(request, "success", result={"echo": {"i": i}}),
-        cpu,
-    )
-    fresh = [messages.task_request(SENDER, ECHO, {"i": i}) for i in range(n + 20)]
-
-    def insert(i):
-        message = fresh[i]
-        A2AMessage.objects.create(
-            message_id=message["messageId"],
-            context_id=message["contextId"],
-            type=A2AMessage.Type.TASK_REQUEST,
-            sender_id=SENDER,
-            recipient_id=ECHO,
-            body=message,
-            signature=signature,
-        )
-
-    inserted = iter(range(n + 20))
-    piece("A2AMessage insert (one autocommit INSERT)", lambda i: insert(next(inserted)))
-    A2AMessage.objects.filter(message_id__in=[m["messageId"] for m in fresh]).delete()
-
-    sent = []
-    with mock.patch.object(bus, "enqueue"):
-        piece(
-            "bus.send_task, publish stubbed (build, validate, sign, insert)",
-            lambda i: sent.append(bus.send_task(SENDER, ECHO, {"i": i})),
-        )
-        with CaptureQueriesContext(connection) as send_queries:
-            sent.append(bus.send_task(SENDER, ECHO, {"i": -1}))
-    # Unit costs, to turn statement counts into time: one ORM look-up, one autocommit UPDATE.
-    piece("one ORM SELECT (Agent by agent_id, all columns)", lambda i: lookup_agent(ECHO))
-    piece(
-        "reconnect + that SELECT (what the worker pays per task)",
-        lambda i: (connection.close(), lookup_agent(ECHO)),
-    )
-    piece(
-        "one autocommit UPDATE (A2AMessage.state, same value)",
-        lambda i: A2AMessage.objects.filter(pk=sent[i].pk).update(state=A2AMessage.State.QUEUED),
-    )
-    deliver_task = app.tasks[bus.DELIVER_TASK]
-    piece(
-        "broker publish of agents.deliver (apply_async, no worker)",
-        lambda i: deliver_task.apply_async(
-            [str(sent[i].message_id), sent[i].signature], queue=sink
-        ),
-    )
-    common.delete_queues(sink)
-
-    # The worker side, in process: what agents.deliver does for one message, minus the broker.
-    warm, runs = min(20, n), n + 1 + (n if profile else 0)
-    with mock.patch.object(bus, "enqueue"):
-        sent += [bus.send_task(SENDER, ECHO, {"i": i}) for i in range(warm + runs - len(sent))]
-    todo = iter(sent)
-
-    def deliver_one(i=0):
-        row = next(todo)
-        deliver(str(row.message_id), row.signature)
-
-    timed_loop(warm, deliver_one)
-    breakdown = Breakdown()
-    cpu = time.process_time()
-    with breakdown.patches():
-        for _ in range(n):
-            start = time.perf_counter()
-            deliver_one()
-            breakdown.end_message(time.perf_counter() - start)
-    label = "agents.deliver in process (worker side, no broker)"
-    cpu = (time.process_time() - cpu) / n
-    rows.append((label, {**common.stats(breakdown.per_message["deliver"]), "cpu": cpu}))
-    with CaptureQueriesContext(connection) as deliver_queries:
-        deliver_one()
-    profiler = None
-    if profile:
-        profiler = cProfile.Profile(
-            time.process_time
-        )  # CPU time: waits on the database are not hot
-        profiler.enable()
-        for _ in range(n):
-            deliver_one()
-        profiler.disable()
-    queries = {"send_task": send_queries, "deliver": deliver_queries}
-    return rows, queries, breakdown, profiler
-
-
 # --- report -----------------------------------------------------------------------------------
-
-
-def us(seconds):
-    return f"{seconds * 1e6:>9.0f}"
-
-
-def ms(seconds):
-    return f"{seconds * 1e3:>8.2f}"
-
-
-def print_pieces(rows, queries, breakdown):
-    print("\n1. Host-side pieces of one message, timed in this process (no worker running)")
-    head = f"   {'piece':<64} {'median µs':>9} {'p95 µs':>9} {'mean µs':>9} {'CPU µs':>9}"
-    print(head)
-    print("   " + "-" * (len(head) - 3))
-    for label, s in rows:
-        print(f"   {label:<64} {us(s['median'])} {us(s['p95'])} {us(s['mean'])} {us(s['cpu'])}")
-
-    mean = {k: statistics.fmean(v) for k, v in breakdown.per_message.items()}
-
-    def get(label):
-        return mean.get(label, 0.0)
-
-    deliver = get("deliver")
-    finish_rest = get("finish") - get("respond") - get("audit")
-    advance_rest = get("advance") - get("claim") - get("release") - get("finish")
-    deliver_rest = (
-        deliver - get("authenticate") - get("start") - get("mark_delivered") - get("advance")
-    )
-    tree = [
-        ("agents.deliver, whole", deliver),
-        ("  bus.authenticate (SELECT request, verify signature)", get("authenticate")),
-        ("  sender + recipient look-up (1 SELECT), rest of deliver", deliver_rest),
-        ("  runner.start (get_or_create AgentRun, in a transaction)", get("start")),
-        ("  bus.mark_delivered (UPDATE)", get("mark_delivered")),
-        ("  runner.advance", get("advance")),
-        ("    AgentRun.claim (UPDATE lease)", get("claim")),
-        ("    runner.finish (from the Echo handler)", get("finish")),
-        ("      run.save() (all columns) and the rest of finish", finish_rest),
-        ("      bus.respond (build + validate, INSERT, UPDATE state)", get("respond")),
-        ("      audit.record (one statement on PostgreSQL)", get("audit")),
-        ("    AgentRun.release (UPDATE)", get("release")),
-        ("    load run after the lease (select_related), handler, rest", advance_rest),
-    ]
-    print("\n   agents.deliver in process, broken down (mean per message):")
-    for label, seconds in tree:
-        share = seconds / deliver * 100 if deliver else 0
-        print(f"   {label:<64} {us(seconds)} µs {share:>5.0f}%")
-
-    for name, captured in queries.items():
-        statements = [q["sql"] for q in captured.captured_queries]
-        kinds = defaultdict(int)
-        for sql in statements:
-            kinds[sql.split(None, 1)[0].upper()] += 1
-        summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
-        print(
-            f"\n   {name}: {len(statements)} statements ({summary}), {commits(statements)} commits"
-        )
-        for sql in statements:
-            text = " ".join(sql.split())
-            print(f"     {text[:110]}{'…' if len(text) > 110 else ''}")
 
 
 def print_round_trips(n, results, wait):

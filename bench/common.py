@@ -8,8 +8,10 @@ this module as `bench.common` either way.
 """
 
 import contextlib
+import cProfile
 import functools
 import io
+import itertools
 import logging
 import math
 import os
@@ -138,6 +140,18 @@ class Echo:
         runner.finish(self.run, AgentRun.Status.SUCCESS, result={"echo": self.run.parameters})
 
 
+class HeldEcho(Echo):
+    """Echo for an agent whose result a person approves (`result_needs_approval`): the same
+    answer, held by the host's own result approval (the built-in loop's, with no LLM turn) and
+    given once approved."""
+
+    def advance(self):
+        from agents import runner
+
+        self.run.result = {"echo": self.run.parameters}  # not saved while it waits: set again
+        runner.Loop(self.run).advance()
+
+
 # --- figures ----------------------------------------------------------------------------------
 
 
@@ -179,6 +193,35 @@ class Stopwatch:
     def reset(self):
         with self._lock:
             self.seconds, self.calls = 0.0, 0
+
+
+def profile_tasks(path, skip):
+    """(A benchmark's Celery worker.) Profile the thread CPU time of each host task
+    after the first `skip` (the warm-up: schemas compiled, code loaded), from task_prerun to
+    task_postrun (after the host's own prerun, which closes an aged database connection), one
+    profiler per pool thread; at shutdown write them together to `path`."""
+    from celery import signals
+
+    local, profiles, seen = threading.local(), [], itertools.count()
+
+    @signals.task_prerun.connect(weak=False)
+    def enable(task=None, **kwargs):
+        local.on = not task.name.startswith("bench.") and next(seen) >= skip
+        if local.on:
+            if not hasattr(local, "profile"):
+                local.profile = cProfile.Profile(time.thread_time)
+                profiles.append(local.profile)
+            local.profile.enable()
+
+    @signals.task_postrun.connect(weak=False)
+    def disable(**kwargs):
+        if local.on:
+            local.profile.disable()
+
+    @signals.worker_shutdown.connect(weak=False)
+    def dump(**kwargs):
+        if profiles:
+            pstats.Stats(*profiles).dump_stats(path)
 
 
 def print_profile(source, title, top, sorts=("cumulative", "tottime")):

@@ -104,20 +104,24 @@ def timed(func, count):
 # --- part 1: per-call overhead ----------------------------------------------------------------
 
 
+async def timed_calls(session, count, name="query_crm"):
+    """`count` calls of the tool `name` on an open `mcp` ClientSession: their durations."""
+    seconds = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await session.call_tool(name, ARGS)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 async def direct_calls(url, count):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
-        for _ in range(WARMUP):
-            await session.call_tool("query_crm", ARGS)
-        seconds = []
-        for _ in range(count):
-            start = time.perf_counter()
-            await session.call_tool("query_crm", ARGS)
-            seconds.append(time.perf_counter() - start)
-    return seconds
+        await timed_calls(session, WARMUP)
+        return await timed_calls(session, count)
 
 
 def gateway_steps(call, agent, count):
@@ -176,23 +180,30 @@ def gateway_steps(call, agent, count):
     return medians
 
 
-def part1(workdir, args):
+def register_server(url):
+    """The MCP server at `url` in the registry (discovered), its read MCPlet's pool granted to an
+    agent (a rate limit that never bites): that agent."""
     from agents.models import Agent
-    from mcplet_host import gateway
-    from mcplets.examples.programmable import serve_http, write_spec
     from pools.discovery import discover
     from pools.models import McpServer, Pool
+
+    pool = Pool.objects.create(name="info-pool", rate_limit_per_minute=1_000_000)
+    server = McpServer.objects.create(name="bench-http", transport="http", url=url)
+    report = discover(server)
+    print(f"  discovered {url}: {report.accepted} accepted, {report.rejected} rejected")
+    agent = Agent.objects.create(agent_id="bench-agent", display_name="Bench")
+    agent.accessible_pools.set([pool])
+    return agent
+
+
+def part1(workdir, args):
+    from mcplet_host import gateway
+    from mcplets.examples.programmable import serve_http, write_spec
     from pools.sessions import sessions
 
     print(f"\n== Part 1: one read MCPlet over streamable HTTP, {args.calls} calls per path ==")
-    spec = write_spec(workdir / "tools.json", [TOOL])
-    with serve_http(spec) as url:
-        pool = Pool.objects.create(name="info-pool", rate_limit_per_minute=1_000_000)
-        server = McpServer.objects.create(name="bench-http", transport="http", url=url)
-        report = discover(server)
-        print(f"  discovered {url}: {report.accepted} accepted, {report.rejected} rejected")
-        agent = Agent.objects.create(agent_id="bench-agent", display_name="Bench")
-        agent.accessible_pools.set([pool])
+    with serve_http(write_spec(workdir / "tools.json", [TOOL])) as url:
+        agent = register_server(url)
 
         def call():
             return gateway.call_tool(agent, "query_crm", ARGS, "model", "bench")

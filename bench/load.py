@@ -50,6 +50,13 @@ def parse_args(argv=None):
         default=None,
         help="serve the web with manage.py serve and this many processes (default: daphne)",
     )
+    parser.add_argument(
+        "--solo",
+        type=int,
+        default=0,
+        help="first, this many approvals one after the other with no other traffic: the web's "
+        "CPU per approval",
+    )
     return parser.parse_args(argv)
 
 
@@ -181,6 +188,8 @@ def main(argv=None):
             f"({args.pending / (time.monotonic() - began):.1f} held tasks/s)"
         )
         memory_held = memory(chaos)  # what the first work loaded (the SDKs, litellm) is in
+        if args.solo:
+            solo_approvals(chaos, args.solo)
 
         # 2. For --minutes: bursts of approvals (oldest first), and partner tasks at a fixed rate
         # to the information agent (a tool call, an answer: no approval), polled until answered.
@@ -274,6 +283,23 @@ def main(argv=None):
         )
         chaos.check(chaos.requests, "load")
         print(common.invariants(chaos.tally))
+
+
+def solo_approvals(chaos, n):
+    """`n` approvals one after the other with nothing else sent to the web: its CPU (all its
+    processes) per approval, a challenge and an assertion each."""
+    from held.models import Ceremony
+
+    pending = list(Ceremony.objects.pending().order_by("created_at")[:n])
+    web_pid = chaos.services["web"].process.pid
+    cpu, began = web.tree_cpu_seconds(web_pid), time.monotonic()
+    for ceremony in pending:
+        chaos.approver.decide(ceremony, reject=False)
+    cpu, wall = web.tree_cpu_seconds(web_pid) - cpu, time.monotonic() - began
+    print(
+        f"{len(pending)} approvals alone, one after the other: {wall / len(pending) * 1000:.0f} ms "
+        f"each, the web's CPU {cpu / len(pending) * 1000:.1f} ms per approval"
+    )
 
 
 def fmt(sizes):

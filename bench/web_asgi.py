@@ -5,7 +5,7 @@ with several (uvicorn's workers load the application by this import string):
 - MCPLET_BENCH_A2A_QUEUE: the Celery app's default queue (the benchmark's private queue);
 - MCPLET_BENCH_A2A_CONN_MAX_AGE: CONN_MAX_AGE in seconds ("settings", or unset: the settings');
 - MCPLET_BENCH_A2A_BROADCAST=off: the dashboard's broadcast of each audit event disconnected;
-- MCPLET_BENCH_A2A_PROFILE=<path>: cProfile of every thread of the process, written to
+- MCPLET_BENCH_A2A_PROFILE=<path>: cProfile (CPU time) of every thread of the process, written to
   `<path>.<pid>` when it exits.
 """
 
@@ -15,6 +15,7 @@ import os
 import pstats
 import signal
 import threading
+import time
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 
@@ -54,7 +55,7 @@ def _profile_all_threads(path):
                 merged.append(pstats.Stats(profiler))
 
     def run(thread):
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.thread_time)
         profiler.enable()
         try:
             original_run(thread)
@@ -63,7 +64,7 @@ def _profile_all_threads(path):
             add(profiler)
 
     threading.Thread.run = run
-    main = cProfile.Profile()
+    main = cProfile.Profile(time.thread_time)
     main.enable()
     done = []
 

@@ -3,7 +3,7 @@ import os
 import threading
 from contextlib import contextmanager
 
-from celery import Celery, signals
+from celery import Celery, concurrency, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 
@@ -26,7 +26,7 @@ def check_database_connections(task=None, **kwargs):
 
 
 @signals.worker_init.connect
-def load_the_mcp_sdk(**kwargs):
+def load_the_mcp_sdk(sender, **kwargs):
     """The host loads the MCP SDK at its first call, so that start-up stays fast. A worker's
     threads would all load it at their first call at once, and a module one thread is still
     loading is half there for another (an ImportError the fault harness saw): a worker loads
@@ -40,6 +40,20 @@ def load_the_mcp_sdk(**kwargs):
         "mcp_types",
     ):
         importlib.import_module(module)
+    if "prefork" in concurrency.get_implementation(sender.pool_cls).__module__:
+        # Once, before the children fork: they start with it loaded, sharing its memory.
+        _load_the_llm_client()
+
+
+def _load_the_llm_client():
+    """litellm takes seconds to import, the A2A schemas a tenth of one to compile: a worker
+    loads them as it starts, not at the first LLM call or message it handles (a Director's
+    "Run now" would wait for them)."""
+    from a2a import schemas
+    from agents import llm
+
+    llm.load()
+    schemas.schema("task-request")
 
 
 @signals.worker_ready.connect
@@ -67,6 +81,7 @@ def _warm_sessions():
             sessions.warm(enabled_configs().values())
         finally:
             connections.close_all()  # this thread's own
+        _load_the_llm_client()  # a thread pool's (a prefork child has it from its parent)
 
     threading.Thread(target=warm, name="mcp-warm", daemon=True).start()
 

@@ -80,10 +80,24 @@ def env_database(name, default):
     # Under ASGI every request runs in a thread of its own: persistent connections would pile
     # up one per thread, so they are opt-in (DB_CONN_MAX_AGE, e.g. for workers).
     max_age = env_int("DB_CONN_MAX_AGE", 0, minimum=0)
+    # Or a pool per process (PostgreSQL): each thread borrows a connection for a request or a
+    # task and gives it back, instead of connecting anew (`serve` turns it on for the web).
+    pool_size = env_int("DB_POOL_MAX_SIZE", 0, minimum=0)
     try:
         config = dj_database_url.parse(value, conn_max_age=max_age, conn_health_checks=True)
     except (ValueError, KeyError) as exc:
         raise ImproperlyConfigured(f"{name}={value!r} is not a valid database URL: {exc}") from None
     if not config.get("ENGINE"):
         raise ImproperlyConfigured(f"{name}={value!r} is not a valid database URL.")
+    if pool_size and config["ENGINE"].endswith("postgresql"):
+        if max_age:
+            raise ImproperlyConfigured(
+                "DB_POOL_MAX_SIZE and DB_CONN_MAX_AGE are two ways to keep connections: set one."
+            )
+        # A thread waits for a free connection up to `timeout` seconds, then its request fails.
+        config.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": 10,
+        }
     return config

@@ -15,7 +15,10 @@ from redis.exceptions import LockError
 class _RedisLock:
     def __init__(self, name, timeout):
         client = redis.Redis.from_url(settings.REDIS_URL)
-        self._lock = client.lock(f"mcplet:lock:{name}", timeout=timeout, blocking=False)
+        # Not thread-local: the heartbeat extends from a thread of its own the lock this one took.
+        self._lock = client.lock(
+            f"mcplet:lock:{name}", timeout=timeout, blocking=False, thread_local=False
+        )
         self.timeout = timeout
 
     def acquire(self):

@@ -149,6 +149,10 @@ LOGIN_URL = "admin:login"
 REDIS_URL = env_url("REDIS_URL", ("redis", "rediss"), None)
 EMBEDDED = REDIS_URL is None
 
+# Sessions read from the cache, written to both: a signed-in page or approval does not query
+# the session table each time (the database stays the truth when the cache is emptied).
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
 if EMBEDDED:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -4,6 +4,8 @@ litellm; and litellm's real HTTP path against a local OpenAI-compatible server."
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import litellm
@@ -26,6 +28,7 @@ from tests.agents.openai_stub import (
     text_response,
     tool_call_response,
 )
+from tests.processes import ROOT
 
 SCRIPT = """
 agents:
@@ -527,3 +530,27 @@ def test_openai_http_timeout_is_retried():
     assert reply.text == "in time"
     assert reply.attempts == 2
     assert len(requests) == 2
+
+
+def test_load_leaves_the_first_call_nothing_to_load():
+    """What a worker runs as it starts (mcplet_host.celery): litellm, its tokenizer and the
+    scripted provider loaded, in a process that has not called a model yet."""
+    code = (
+        "import sys, django; django.setup()\n"
+        "from agents import llm\n"
+        "assert 'litellm' not in sys.modules\n"
+        "llm.load()\n"
+        "import litellm\n"
+        "from agents.scripted import PROVIDER\n"
+        "assert PROVIDER in [p['provider'] for p in litellm.custom_provider_map]\n"
+        "assert 'encoding' in vars(sys.modules['litellm.main'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "mcplet_host.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import Client
 from websockets.sync.client import connect
 
 from mcplet_host import audit
+from mcplet_host.management.commands.serve import WEB_DB_POOL
 from tests.processes import ROOT, environment, free_port, stop, wait_until
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -164,6 +166,37 @@ def test_both_processes_serve_the_live_stream(served, session_cookie, settings):
             while trace not in (message := ws.recv(timeout=30)):
                 pass  # another event on this prefix (none expected): skipped
             assert json.loads(message)["type"] == "audit"
+
+
+def web_connections():
+    """(backend pid, start) of each connection to the test database but this process's own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, backend_start FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return set(cursor.fetchall())
+
+
+def test_each_process_keeps_a_pool_of_database_connections(served, session_cookie):
+    """Each request's sync code runs on a thread of its own: without the pool `serve` turns on,
+    every request would connect to PostgreSQL anew and close the connection at its end."""
+    _, port, pids = served
+
+    def pages(n):
+        for _ in range(n):
+            conn = http.client.HTTPConnection("localhost", port, timeout=30)
+            try:  # the admin's index reads the session and the user: the database each time
+                conn.request("GET", "/admin/", headers={"Cookie": session_cookie})
+                assert conn.getresponse().status == 200
+            finally:
+                conn.close()
+
+    pages(2 * ATTEMPTS)
+    kept = web_connections()
+    assert 1 <= len(kept) <= len(pids) * WEB_DB_POOL  # open between requests, and bounded
+    pages(2 * ATTEMPTS)
+    assert web_connections() == kept  # the same connections served them: none opened anew
 
 
 def test_the_workers_end_with_a_killed_supervisor(served):

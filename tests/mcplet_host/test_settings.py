@@ -42,6 +42,7 @@ def test_a_valid_environment_starts():
         ("EMAIL_PORT", "twenty-five", "EMAIL_PORT='twenty-five' is not an integer"),
         ("DEBUG", "maybe", "DEBUG='maybe' is not a boolean"),
         ("MCPLET_WEB_PROCESSES", "0", "MCPLET_WEB_PROCESSES=0 must be at least 1"),
+        ("DB_POOL_MAX_SIZE", "-1", "DB_POOL_MAX_SIZE=-1 must be at least 0"),
     ],
 )
 def test_a_bad_value_names_the_variable(variable, value, says):
@@ -107,3 +108,24 @@ def test_localhost_mode_needs_the_localhost_rp_id():
     assert "PASSKEY_RP_ID='host.example' must be 'localhost' when PASSKEY_MODE=localhost" in (
         result.stderr
     )
+
+
+def test_a_pool_and_kept_connections_are_not_both_asked():
+    result = start_django(
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/mcplet_host",
+        DB_POOL_MAX_SIZE="4",
+        DB_CONN_MAX_AGE="60",
+    )
+    assert result.returncode != 0
+    assert "DB_POOL_MAX_SIZE and DB_CONN_MAX_AGE are two ways to keep connections" in result.stderr
+
+
+def test_a_pool_on_postgresql_only():
+    """SQLite (the embedded host) has no pool: the size is then ignored."""
+    pg = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/mcplet_host"}
+    options = "DATABASES['default'].get('OPTIONS', {}).get('pool')"
+    assert setting(options, DB_POOL_MAX_SIZE="4", **pg) == (
+        "{'min_size': 1, 'max_size': 4, 'timeout': 10}"
+    )
+    assert setting(options, **pg) == "None"
+    assert setting(options, DB_POOL_MAX_SIZE="4", DATABASE_URL="sqlite:///var/x.sqlite3") == "None"

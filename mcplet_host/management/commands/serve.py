@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 APPLICATION = "mcplet_host.asgi:application"
+# Connections each web process keeps to PostgreSQL, unless DB_POOL_MAX_SIZE says otherwise.
+WEB_DB_POOL = 10
 
 
 def uvicorn_command(app, host, port, processes):
@@ -71,4 +73,8 @@ class Command(BaseCommand):
         # uvicorn in this process's place: the supervisor gets the signals a service manager
         # sends, and Django's import here costs it no memory. Its workers watch it (asgi.py).
         os.environ["MCPLET_WEB_SUPERVISOR"] = str(os.getpid())
+        if os.environ.get("DB_CONN_MAX_AGE", "0") in ("", "0"):
+            # Each request's sync code runs on a thread of its own: without a pool every request
+            # would connect to PostgreSQL anew (a third of a trivial request's CPU).
+            os.environ.setdefault("DB_POOL_MAX_SIZE", str(WEB_DB_POOL))
         os.execv(sys.executable, command)  # noqa: S606 (our own interpreter, no shell)
