@@ -262,3 +262,41 @@ def refuse(message):
     """Exit with status 2 and a message that names the script (a set-up the benchmark needs)."""
     print(f"bench/{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+# --- approvals -------------------------------------------------------------------------------
+
+
+def approver_session(username="manager"):
+    """A user who may approve held calls, logged in: the session key its browser would hold."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    user = get_user_model().objects.create_user(username, f"{username}@example.org", "pw-ok-1")
+    user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def synced_passkey():
+    """A software passkey whose counter stays 0, as synced (platform) passkeys' do and WebAuthn
+    allows: approvers sharing one credential at once would otherwise see their assertions reach
+    the host out of order, a third of them refused as replays (bench/load.py)."""
+    from tests.passkey.authenticator import SoftAuthenticator
+
+    class SyncedPasskey(SoftAuthenticator):
+        sign_count = property(lambda self: 0, lambda self, value: None)
+
+    return SyncedPasskey()
+
+
+def invariants(tally):
+    """The fault harness's invariants (tests/faults/harness.py's Tally) in one line."""
+    return (
+        f"invariants: {len(tally.lost)} lost, {len(tally.doubles)} double executions, "
+        f"{len(tally.unapproved)} unapproved executions, {len(tally.unanswered)} requests "
+        f"without exactly one response (runs still waiting on an approval excluded), "
+        f"{len(tally.stuck)} stuck, chain {'intact' if tally.chain_intact else 'BROKEN'}"
+    )

@@ -127,9 +127,6 @@ def main(argv=None):
         ),
     )
     import httpx
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Permission
-    from django.test import Client
 
     from a2a import messages
     from a2a.models import A2AMessage
@@ -138,26 +135,14 @@ def main(argv=None):
     from mcplets.examples.programmable import write_spec
     from tests.conftest import make_registry, reference_tools
     from tests.faults.harness import Chaos, partner_key, write_script
-    from tests.passkey.authenticator import SoftAuthenticator
 
-    class SyncedPasskey(SoftAuthenticator):
-        """A synced passkey: its counter stays 0 (WebAuthn allows it, platform passkeys do).
-        The bench's approvers share one credential; a counting one would see its assertions
-        reach the host out of order, a third of them refused as replays."""
-
-        sign_count = property(lambda self: 0, lambda self, value: None)
-
-    user = get_user_model().objects.create_user("manager", "m@example.org", "pw-approver-1")
-    user.user_permissions.add(Permission.objects.get(codename="approve_ceremony"))
-    client = Client()
-    client.force_login(user)
     write_script(workdir / "chaos.json")
     spec = write_spec(workdir / "tools.json", reference_tools())
     chaos = Chaos(
         workdir,
         None,
-        client.cookies["sessionid"].value,
-        SyncedPasskey(),
+        common.approver_session(),
+        common.synced_passkey(),
         spec,
         web_processes=args.web_processes,
     )
@@ -297,13 +282,7 @@ def main(argv=None):
             f"({grown / max(workflows, 1) / 1024:.1f} KB per workflow)"
         )
         chaos.check(chaos.requests, "load")
-        tally = chaos.tally
-        print(
-            f"invariants: {len(tally.lost)} lost, {len(tally.doubles)} double executions, "
-            f"{len(tally.unapproved)} unapproved executions, {len(tally.unanswered)} requests "
-            f"without exactly one response (runs still waiting on an approval excluded), "
-            f"{len(tally.stuck)} stuck, chain {'intact' if tally.chain_intact else 'BROKEN'}"
-        )
+        print(common.invariants(chaos.tally))
 
 
 def solo_approvals(chaos, n):

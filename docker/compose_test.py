@@ -1,12 +1,15 @@
 """`make compose-test`: the project's docker-compose.yml, unmodified, on a real Docker engine,
-checked as a user would — then stopped, started again on the same volumes, checked again, and
-removed with its volumes. Prints the build and start times, the image size and every check.
+checked as a user would — then stopped, started again on the same volumes, checked again, scaled
+out (`up --scale worker=2`, the web at MCPLET_WEB_PROCESSES=3: each worker takes work, each web
+process serves) and removed with its volumes. Prints the build and start times, the image size
+and every check.
 
 Stand-ins (docker/standins) replace the public images only when those cannot be pulled; the
 stack runs as its own compose project on free loopback ports, so it disturbs nothing else.
 Standard library only: it drives the `docker compose` CLI and speaks HTTP to the web service.
 """
 
+import concurrent.futures
 import http.cookiejar
 import json
 import os
@@ -82,12 +85,16 @@ class Stack:
     def shell(self, code):
         return json.loads(self.manage("shell", "-c", code).strip().splitlines()[-1])
 
-    def states(self):
+    def containers(self, service=None):
         out = self.run("ps", "-a", "--format", "json").stdout
         rows = [json.loads(line) for line in out.splitlines() if line.strip()]
         if len(rows) == 1 and isinstance(rows[0], list):
             rows = rows[0]
-        return {row["Service"]: row for row in rows}
+        return [row for row in rows if service in (None, row["Service"])]
+
+    def states(self):
+        """One row per service (the last container of a scaled one)."""
+        return {row["Service"]: row for row in self.containers()}
 
 
 def wait(what, predicate, timeout):
@@ -128,7 +135,7 @@ def up_and_healthy(stack, port):
 
     wait("every one-shot service to finish and every other to be healthy", settled, 300)
     elapsed = time.monotonic() - started
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=30) as response:
         body = json.loads(response.read())
         assert response.status == 200 and body["status"] == "up", body
     check(
@@ -227,6 +234,114 @@ def audit_intact(stack):
     check("verify_audit", out.splitlines()[-1] if out else "")
 
 
+# The uvicorn workers of the web container (children of its PID 1, uvicorn's supervisor, started
+# by multiprocessing's spawn) and their CPU ticks so far.
+WEB_WORKERS = """import json, os
+rows = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        cmdline = open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+        continue
+    if stat[1] == "1" and "spawn_main" in cmdline:
+        rows[pid] = int(stat[11]) + int(stat[12])
+print(json.dumps(rows))"""
+
+PLANS_HELD = """import json
+from held.models import Ceremony
+plans = Ceremony.objects.filter(kind="result", status="pending", agent_id="planning-agent")
+print(json.dumps(plans.count()))"""
+
+
+def web_processes(stack, port, expected, requests=400):
+    """MCPLET_WEB_PROCESSES=expected: that many uvicorn workers, and each one serves: its CPU
+    grows while /healthz is asked `requests` times, 8 at once."""
+
+    def workers():
+        out = stack.run("exec", "-T", "web", "python", "-c", WEB_WORKERS).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    def get(_):
+        url = f"http://127.0.0.1:{port}/healthz"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status
+
+    before = workers()
+    if len(before) != expected:
+        raise SystemExit(f"FAILED: {len(before)} uvicorn workers in web, not {expected}: {before}")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = set(pool.map(get, range(requests)))
+    after = workers()
+    grew = {pid: after.get(pid, 0) - ticks for pid, ticks in before.items()}
+    if statuses != {200} or set(after) != set(before) or min(grew.values()) < 3:
+        raise SystemExit(
+            f"FAILED: not every web worker served: answers {statuses}, workers before {before}, "
+            f"after {after}"
+        )
+    check(
+        f"web serves with {expected} processes",
+        f"MCPLET_WEB_PROCESSES={expected}: uvicorn workers {', '.join(sorted(before, key=int))}; "
+        f"CPU ticks each spent on {requests} /healthz requests: {sorted(grew.values())}",
+    )
+
+
+def healthy(stack, service, count):
+    rows = stack.containers(service)
+    return len(rows) == count and all(row.get("Health") == "healthy" for row in rows) and rows
+
+
+def succeeded(container):
+    logs = sh("docker", "logs", container, check=False)
+    return len(re.findall(r"Task [\w.]+\[[^\]]+\] succeeded", logs.stdout + logs.stderr))
+
+
+def scaled(stack, port):
+    """`up --scale worker=2` (and the web recreated with MCPLET_WEB_PROCESSES=3): both workers
+    answer the broker's ping, and each alone runs a Director's workflow to the plan held while
+    the other is stopped."""
+    stack.env["MCPLET_WEB_PROCESSES"] = "3"
+    started = time.monotonic()
+    stack.run("up", "-d", "--no-deps", "--scale", "worker=2", "worker", "web")
+    workers = wait("two healthy worker containers", lambda: healthy(stack, "worker", 2), 240)
+    wait("the web healthy again", lambda: healthy(stack, "web", 1), 240)
+    ping = ["celery", "-A", "mcplet_host", "inspect", "ping", "--timeout", "10"]
+    ping = stack.run("exec", "-T", "worker", *ping).stdout
+    nodes = sorted(set(re.findall(r"->\s+(celery@\S+):\s+OK", ping)))
+    names = {row["ID"][:12] for row in workers}
+    if len(nodes) != 2 or {node.removeprefix("celery@") for node in nodes} != names:
+        raise SystemExit(f"FAILED: inspect ping answered {nodes}, not the workers {names}:\n{ping}")
+    check(
+        "up --scale worker=2",
+        f"2 worker containers healthy {time.monotonic() - started:.0f} s later; "
+        f"inspect ping: {', '.join(nodes)}",
+    )
+    web_processes(stack, port, 3)
+    for row in workers:
+        others = [other["ID"] for other in workers if other is not row]
+        sh("docker", "stop", *others)
+        try:
+            plans, tasks = stack.shell(PLANS_HELD), succeeded(row["ID"])
+            began = time.monotonic()
+            stack.manage("run_director", DIRECTOR)
+            wait(
+                f"{row['Name']} alone to take the workflow to the plan held",
+                lambda plans=plans: stack.shell(PLANS_HELD) > plans,
+                300,
+            )
+            ran = succeeded(row["ID"]) - tasks
+            if not ran:
+                raise SystemExit(f"FAILED: {row['Name']} ran no task, yet the plan is held")
+        finally:
+            sh("docker", "start", *others)
+        check(
+            f"{row['Name']} takes work",
+            f"with the other worker stopped: run_director → plan held in "
+            f"{time.monotonic() - began:.0f} s, {ran} tasks succeeded in this container",
+        )
+        wait("both workers healthy again", lambda: healthy(stack, "worker", 2), 240)
+
+
 def main():
     print("== compose-test: docker-compose.yml on a real Docker engine", flush=True)
     files = [ROOT / "docker-compose.yml"]
@@ -254,6 +369,7 @@ def main():
         one_image(stack, image["Id"])
         username, password = admin_password(stack)
         admin_login(web_port, username, password)
+        web_processes(stack, web_port, 2)  # compose's default
         reference_mcplets(stack)
         director_to_plan(stack)
         audit_intact(stack)
@@ -263,6 +379,10 @@ def main():
         second = up_and_healthy(stack, web_port)
         admin_login(web_port, username, password)
         reference_mcplets(stack)
+        audit_intact(stack)
+
+        print("== up --scale worker=2, web with MCPLET_WEB_PROCESSES=3", flush=True)
+        scaled(stack, web_port)
         audit_intact(stack)
     except SystemExit:
         print(stack.run("logs", "--tail", "60", check=False).stdout[-20000:])
