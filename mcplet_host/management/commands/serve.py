@@ -75,6 +75,6 @@ class Command(BaseCommand):
         os.environ["MCPLET_WEB_SUPERVISOR"] = str(os.getpid())
         if os.environ.get("DB_CONN_MAX_AGE", "0") in ("", "0"):
             # Each request's sync code runs on a thread of its own: without a pool every request
-            # would connect to PostgreSQL anew (a third of a trivial request's CPU).
+            # would connect to PostgreSQL anew (a backend forked per request, on shared cores).
             os.environ.setdefault("DB_POOL_MAX_SIZE", str(WEB_DB_POOL))
         os.execv(sys.executable, command)  # noqa: S606 (our own interpreter, no shell)
