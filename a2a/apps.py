@@ -7,6 +7,10 @@ class A2AConfig(AppConfig):
 
     def ready(self):
         from a2a import events
+        from a2a.models import PartnerKey
+        from mcplet_host import config_audit as config
         from mcplet_host.signals import audit_recorded
+
+        config.track(PartnerKey, "partner_key", extra=("revoked_at",), created="issued")
 
         audit_recorded.connect(events.announce, dispatch_uid="a2a-announce")

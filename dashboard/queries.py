@@ -11,7 +11,7 @@ from django.utils.dateparse import parse_datetime
 from a2a.models import A2AMessage
 from agents.models import Agent, AgentRun
 from held.models import Ceremony
-from mcplet_host import audit, gateway
+from mcplet_host import audit, config_audit, gateway
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditChainHead, AuditEvent
 from pools.models import Mcplet, McpServer, Pool
@@ -243,8 +243,11 @@ def audit_events(params):
     """Audit events matching the page's filters (a dict of AUDIT_FILTERS); bad dates ignored."""
     events = AuditEvent.objects.all()
     if value := params.get("event_type"):
-        # "director.cycle." or "mcplet.*" selects a family; a full type matches exactly.
-        if value.endswith((".", "*")):
+        # "director.cycle." or "mcplet.*" selects a family; a full type matches exactly;
+        # "configuration" every change to what grants power.
+        if value == "configuration":
+            events = events.filter(config_audit.CONFIGURATION)
+        elif value.endswith((".", "*")):
             events = events.filter(event_type__startswith=value.rstrip("*"))
         else:
             events = events.filter(event_type=value)
@@ -279,7 +282,7 @@ def _when(text):
 def event_types():
     known = set(AuditEvent.EventType.values)
     used = AuditEvent.objects.order_by().values_list("event_type", flat=True).distinct()
-    return sorted(known | set(used))
+    return ["configuration", *sorted(known | set(used))]
 
 
 VERIFICATION_KEY = "dashboard:audit-verification"

@@ -7,6 +7,8 @@ class McpletHostConfig(AppConfig):
     verbose_name = "Host core (audit trail)"
 
     def ready(self):
-        from mcplet_host import registry
+        from mcplet_host import config_audit, registry
+
+        config_audit.connect()
 
         post_migrate.connect(registry.install_triggers, sender=self)

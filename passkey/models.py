@@ -4,8 +4,11 @@ import json
 import secrets
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.cache import cache
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from webauthn import generate_registration_options, options_to_json, verify_registration_response
@@ -212,6 +215,26 @@ class PasskeyCredential(models.Model):
 
 def _registration_key(user):
     return f"passkey:registration:{user.pk}"
+
+
+def approver_permission():
+    app_label, codename = APPROVE_PERMISSION.split(".")
+    return Permission.objects.filter(codename=codename, content_type__app_label=app_label)
+
+
+def approvers():
+    """Active users who may approve: directly, through a group, or as superusers."""
+    perm = approver_permission()
+    holds = Q(is_superuser=True) | Q(user_permissions__in=perm) | Q(groups__permissions__in=perm)
+    return get_user_model().objects.filter(holds, is_active=True).distinct()
+
+
+def may_approve(user):
+    return approvers().filter(pk=user.pk).exists()
+
+
+def group_may_approve(group):
+    return group.permissions.filter(pk__in=approver_permission()).exists()
 
 
 def check_approver(user):

@@ -9,25 +9,18 @@ import threading
 import webbrowser
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core import mail
-from django.db.models import Q
 from django.template.loader import render_to_string
 
 from held.models import Ceremony
-from passkey import links, loopback
+from passkey import links, loopback, models
 
 logger = logging.getLogger(__name__)
 
 
 def approvers():
-    """Active users who may approve (directly, through a group, or as superusers) and have an
-    e-mail address."""
-    perm = Permission.objects.filter(codename="approve_ceremony", content_type__app_label="held")
-    holds = Q(is_superuser=True) | Q(user_permissions__in=perm) | Q(groups__permissions__in=perm)
-    users = get_user_model().objects.filter(holds, is_active=True).exclude(email="")
-    return users.distinct().order_by("pk")
+    """Approvers who have an e-mail address."""
+    return models.approvers().exclude(email="").order_by("pk")
 
 
 def announce(ceremony_id):
