@@ -13,6 +13,7 @@ import re
 import socket
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -27,8 +28,11 @@ def _process():
 
 
 if MULTIPROCESS_DIR:
-    # A missing directory would fail every count, and with it what counts (an audit append).
+    # A directory this process cannot write to would fail every count, and with it what counts
+    # (an audit append): the process does not start instead.
     os.makedirs(MULTIPROCESS_DIR, exist_ok=True)
+    if not os.access(MULTIPROCESS_DIR, os.W_OK | os.X_OK):
+        raise ImproperlyConfigured(f"PROMETHEUS_MULTIPROC_DIR={MULTIPROCESS_DIR} is not writable.")
     # Before any series below is created: their values live in this process's files.
     values.ValueClass = values.MultiProcessValue(_process)
 

@@ -2,10 +2,13 @@
 gateway, the held calls and the audit chain count (in this process: no multiprocess directory).
 tests/mcplet_host/test_metrics_prometheus.py has a real Prometheus scrape real processes."""
 
+import os
+import subprocess
+
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from mcplet_host import gateway
+from mcplet_host import gateway, metrics
 from tests.mcplet_host.test_gateway import ASSERTION
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +133,30 @@ def test_the_gateway_counts_calls_refusals_durations_and_decisions(registry, adm
         "audited": 1,
     }
     assert "no_such_tool" not in generate_latest(REGISTRY).decode()
+
+
+def test_a_start_removes_only_this_hosts_ended_processes_files(tmp_path):
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        files = {
+            "mine": f"counter_{metrics.HOST}-{os.getpid()}.db",
+            "running": f"histogram_{metrics.HOST}-{child.pid}.db",
+            "ended": f"counter_{metrics.HOST}-{ended_pid()}.db",
+            "elsewhere": f"counter_other-host-{ended_pid()}.db",
+            "prefix": f"counter_{metrics.HOST}x-{ended_pid()}.db",
+        }
+        for name in files.values():
+            (tmp_path / name).write_bytes(b"")
+        metrics.remove_dead_files(str(tmp_path))
+        kept = {path.name for path in tmp_path.iterdir()}
+        assert kept == {name for key, name in files.items() if key != "ended"}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def ended_pid():
+    """A pid no process has now (a reaped child's; reused only after the pids wrap)."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
