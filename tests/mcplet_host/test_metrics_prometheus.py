@@ -5,6 +5,7 @@ over Prometheus's HTTP API find what happened — the partner's requests (web), 
 their durations and the refusal (worker), a held call pending, then rejected by a person in
 admin (web), and the runs as they ended (worker)."""
 
+import json
 import os
 import re
 import shutil
@@ -272,3 +273,9 @@ def test_prometheus_scrapes_the_web_and_worker_figures(host, registry, script, c
         'mcplet_audit_events_total{event_type="TOOL_EXECUTED"}',
         [({"event_type": "TOOL_EXECUTED"}, 2)],
     )
+
+    # The Grafana dashboard's queries are ones this Prometheus accepts.
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            query(prometheus, target["expr"])
