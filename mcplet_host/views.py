@@ -5,6 +5,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.views import csrf
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mcplet_host import audit, health, metrics
 
@@ -25,8 +26,6 @@ def healthz(request):
 def metrics_endpoint(request):
     """Prometheus's scrape, for the bearer of METRICS_TOKEN only (compared in constant time);
     without a token set the endpoint does not exist, so nothing is shown by default."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     token = settings.METRICS_TOKEN
     if not token:
         raise Http404
