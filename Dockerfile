@@ -16,7 +16,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 COPY . .
 # var/secrets: the mount point of the secrets volume, created owned by the service user.
 RUN SECRET_KEY=collectstatic python manage.py collectstatic --noinput \
-    && mkdir -p var/secrets && chmod 700 var/secrets && chown -R mcplet var
+    && mkdir -p var/secrets var/metrics && chmod 700 var/secrets && chown -R mcplet var
 
 USER mcplet
 EXPOSE 8000

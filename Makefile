@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: install run test lint format migrate clean seed chromium screenshots mutants known-breaks \
-	compose-test chaos schemathesis-stateful
+.PHONY: install run test lint format migrate clean seed chromium prometheus screenshots mutants \
+	known-breaks compose-test chaos schemathesis-stateful
 
 seed: migrate
 	$(BIN)/python manage.py seed_reference
@@ -43,9 +43,16 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
+# The metrics test scrapes the host with Debian's Prometheus server.
+prometheus:
+	@command -v prometheus >/dev/null || { \
+	  echo "Installing Debian's prometheus for the metrics test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
 # Two pytest-xdist workers, a test module each at a time (module-scoped browsers and host
 # processes stay in one worker); most tests wait on processes, browsers and sockets.
-test: $(INSTALLED) chromium
+test: $(INSTALLED) chromium prometheus
 	$(BIN)/ruff check .
 	SECRET_KEY=$${SECRET_KEY:-insecure-test-key} $(BIN)/python -m pytest -n 2 --dist loadfile
 

@@ -16,7 +16,7 @@ from a2a import service
 from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import A2AValidationError, validate
 from agents.models import Agent, AgentRun
-from mcplet_host import audit, storable
+from mcplet_host import audit, metrics, storable
 
 MAX_BODY = 1024 * 1024
 
@@ -229,6 +229,7 @@ class PartnerView(APIView):
         known = isinstance(partner, Partner)
         data = getattr(response, "data", None)  # (none in a stream)
         error = data.get("error") if isinstance(data, dict) else None
+        metrics.partner_request(self, request.method, response.status_code)
         audit.record(
             "a2a.partner.request",
             actor_type=audit.ActorType.PARTNER,

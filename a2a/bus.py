@@ -13,7 +13,7 @@ from django.utils.crypto import salted_hmac
 from a2a import messages
 from a2a.models import A2AMessage
 from a2a.schemas import validate
-from mcplet_host import audit
+from mcplet_host import audit, metrics
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 
@@ -49,6 +49,7 @@ def post(message, authority, *, external=False):
     )
     args = [str(row.message_id), row.signature]
     transaction.on_commit(lambda: enqueue(DELIVER_TASK, args))
+    metrics.bus_message("sent")
     return row
 
 
@@ -110,6 +111,7 @@ def authenticate(message_id, signature):
 def refuse(message_id, row, reason, code="X_REFUSED"):
     """Audit a refused delivery and, when the request exists and the delivery is the host's
     own, answer it with the error (a FORGED delivery is only audited)."""
+    metrics.bus_message("refused")
     audit.record(
         "a2a.message.refused",
         actor_type=audit.ActorType.AGENT if row else audit.ActorType.SYSTEM,
@@ -154,6 +156,7 @@ def respond(request, status, *, result=None, error=None):
 
 
 def mark_delivered(row):
-    A2AMessage.objects.filter(pk=row.pk, state=A2AMessage.State.QUEUED).update(
+    if A2AMessage.objects.filter(pk=row.pk, state=A2AMessage.State.QUEUED).update(
         state=A2AMessage.State.DELIVERED, delivered_at=timezone.now()
-    )
+    ):
+        metrics.bus_message("delivered")  # once, however often a delivery is redelivered

@@ -26,7 +26,7 @@ from agents import llm, remote
 from agents.models import AgentRun
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
-from mcplet_host import audit, gateway
+from mcplet_host import audit, gateway, metrics
 
 log = logging.getLogger(__name__)
 
@@ -408,6 +408,7 @@ def finish(run, status, *, result=None, error=None):
         run.error = error
         run.lease_until, run.lease_owner = None, ""  # an ended run is nobody's to advance
         run.save()
+        metrics.run_finished(status)
         # A call it held and nobody decided yet must not run for a run that has ended (one that
         # broke after holding it): it is rejected, and its continuation finds the run ended.
         held = Ceremony.objects.pending().filter(continuation_ref__startswith=f"{run.pk}:")

@@ -14,6 +14,7 @@ import http.cookiejar
 import json
 import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ PROJECT = "mcplet-compose-test"
 PUBLIC_IMAGES = ["python:3.11-slim", "postgres:16", "redis:7", "axllent/mailpit:latest"]
 STANDINS = ROOT / "docker" / "standins"
 DIRECTOR = "director"
+METRICS_TOKEN = secrets.token_urlsafe(24)
 ONE_SHOT = ("migrate", "admin", "seed")
 LONG_RUNNING = ("postgres", "redis", "mailpit", "web", "worker", "beat", "watcher", "mcplets")
 
@@ -229,6 +231,30 @@ def director_to_plan(stack):
     )
 
 
+def metrics_of_every_container(port):
+    """One scrape of the web with the token shows what the worker and the watcher counted
+    (the shared metrics volume); without it, a 401."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        urllib.request.urlopen(url, timeout=30)
+        raise SystemExit("FAILED: /metrics answered without the token")
+    except urllib.error.HTTPError as refused:
+        if refused.code != 401:
+            raise SystemExit(f"FAILED: /metrics without a token: {refused.code}, not 401") from None
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (http, the stack)
+        text = response.read().decode()
+    wanted = {
+        "worker": 'mcplet_agent_runs_finished_total{state="success"}',
+        "watcher": 'mcplet_discovery_verdicts_total{server="',
+        "database": 'mcplet_approvals_pending{kind="result"} 1.0',
+    }
+    missing = [f"{who}: {series}" for who, series in wanted.items() if series not in text]
+    if missing:
+        raise SystemExit(f"FAILED: /metrics lacks {missing}:\n{text[-3000:]}")
+    check("metrics", "/metrics 401 without the token; with it, the worker's and watcher's series")
+
+
 def audit_intact(stack):
     out = stack.manage("verify_audit").strip()
     check("verify_audit", out.splitlines()[-1] if out else "")
@@ -355,7 +381,14 @@ def main():
         files.append(STANDINS / "compose.yml")
 
     web_port = free_port()
-    stack = Stack(files, {"WEB_PORT": str(web_port), "MAILPIT_PORT": str(free_port())})
+    stack = Stack(
+        files,
+        {
+            "WEB_PORT": str(web_port),
+            "MAILPIT_PORT": str(free_port()),
+            "METRICS_TOKEN": METRICS_TOKEN,
+        },
+    )
     stack.run("down", "-v", "--remove-orphans", check=False)  # a run interrupted earlier
 
     started = time.monotonic()
@@ -372,6 +405,7 @@ def main():
         web_processes(stack, web_port, 2)  # compose's default
         reference_mcplets(stack)
         director_to_plan(stack)
+        metrics_of_every_container(web_port)
         audit_intact(stack)
 
         print("== down, then up again on the same volumes", flush=True)

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from mcplet_host import audit
+from mcplet_host import audit, metrics
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey.assertions import EXPIRED, NOT_PENDING, Refused
@@ -380,6 +380,7 @@ class Ceremony(models.Model):
     def _decide(self, status, user):
         self.status, self.decided_by, self.decided_at = status, user, timezone.now()
         self.save(update_fields=["status", "decided_by", "decided_at"])
+        metrics.decided(self, user)
 
     def check_open(self):
         """Raise Refused unless a person may still decide."""

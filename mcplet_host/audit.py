@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from mcplet_host import metrics
 from mcplet_host.models import GENESIS_HASH, AuditChainHead, AuditEvent
 from mcplet_host.signals import audit_recorded
 from mcplet_host.storable import printable
@@ -65,6 +66,7 @@ def record_many(events):
         _append_in_one_statement(events)
     else:
         _append(events)
+    metrics.audited(events)
     transaction.on_commit(
         lambda: audit_recorded.send(sender=AuditEvent, events=events), robust=True
     )

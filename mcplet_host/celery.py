@@ -45,6 +45,14 @@ def load_the_mcp_sdk(sender, **kwargs):
         _load_the_llm_client()
 
 
+@signals.worker_init.connect
+def remove_ended_processes_metrics(**kwargs):
+    """In multiprocess mode, the files of this host's ended processes (docs/metrics.md)."""
+    from mcplet_host import metrics
+
+    metrics.remove_dead_files()
+
+
 def _load_the_llm_client():
     """litellm takes seconds to import, the A2A schemas a tenth of one to compile: a worker
     loads them as it starts, not at the first LLM call or message it handles (a Director's

@@ -207,6 +207,9 @@ MCPLET_PORT = env_int("MCPLET_PORT", 8000, minimum=1)
 # views one at a time, so the web tier grows by processes; they share one listening socket, and
 # the dashboard's live stream crosses them through the Redis channel layer (README, "Sizing").
 MCPLET_WEB_PROCESSES = env_int("MCPLET_WEB_PROCESSES", 2, minimum=1)
+# The bearer token Prometheus sends to /metrics; unset, the endpoint is off (404). With
+# PROMETHEUS_MULTIPROC_DIR, one scrape shows every process counting there (docs/metrics.md).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
 PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")
 PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), f"http://localhost:{MCPLET_PORT}")

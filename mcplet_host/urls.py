@@ -13,6 +13,7 @@ admin.site.index_title = "Operate pools, servers, agents and partners"
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="dashboard:overview"), name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics_endpoint, name="metrics"),
     # A command of this installation hands the running host a call (signed: mcplet_host.handoff).
     path("host/calls/", handoff.receive, name="handoff"),
     # Browsers ask for it on every page that names no icon (the admin's).

@@ -1,9 +1,13 @@
-from django.http import JsonResponse
+import hmac
+
+from django.conf import settings
+from django.http import Http404, HttpResponse, JsonResponse
 from django.views import csrf
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mcplet_host import audit, health
+from mcplet_host import audit, health, metrics
 
 
 @never_cache
@@ -16,6 +20,24 @@ def healthz(request):
     down = [name for name, check in checks.items() if check["status"] == "down"]
     body = {"status": "down" if down else "up", "down": down, "checks": checks}
     return JsonResponse(body, status=503 if down else 200)
+
+
+@never_cache
+def metrics_endpoint(request):
+    """Prometheus's scrape, for the bearer of METRICS_TOKEN only (compared in constant time);
+    without a token set the endpoint does not exist, so nothing is shown by default."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        raise Http404
+    sent = request.headers.get("Authorization", "")
+    expected = f"Bearer {token}"
+    if not hmac.compare_digest(sent.encode("utf-8", "replace"), expected.encode()):
+        refused = HttpResponse("A bearer token is required.\n", status=401)
+        refused["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return refused
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
+    return HttpResponse(generate_latest(metrics.Scrape()), content_type=CONTENT_TYPE_LATEST)
 
 
 def csrf_failure(request, reason=""):

@@ -15,7 +15,7 @@ from django.utils import timezone
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
-from mcplet_host import audit, storable
+from mcplet_host import audit, metrics, storable
 from mcplets.envelope import AUTH_ENFORCEMENTS, MCPLET_TYPES, VISIBILITIES
 from pools.mcp_client import ServerConfig, ServerUnreachable, describe, open_session
 from pools.models import Mcplet, McpServer, Pool
@@ -373,6 +373,7 @@ def apply_snapshot(server_id, tools, protocol_version=""):
         server.protocol_version = protocol_version or server.protocol_version
         server.save(update_fields=["status", "last_error", "last_discovery_at", "protocol_version"])
         audit.record_many(events)
+    metrics.discovered(report)
     return report
 
 

@@ -85,6 +85,7 @@ def test_compose_services_run_together(smoke_database, tmp_path):
         REDIS_URL=settings.REDIS_URL,
         SECRET_KEY="compose-smoke",
         MCPLET_VAR_DIR=str(tmp_path),
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),  # compose's is the container's
         PASSKEY_MODE="localhost",
         PASSKEY_ORIGIN=f"http://localhost:{port}",
         PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from held.kinds import step_up, tool_call
 from held.models import Asker, Ceremony
-from mcplet_host import audit, storable
+from mcplet_host import audit, metrics, storable
 from mcplet_host.authority import HOST
 from mcplet_host.gateway.checks import SURFACES, Refusal, check
 from mcplet_host.gateway.envelopes import error_envelope
@@ -84,6 +84,7 @@ def call_tool(
     except Refusal as refusal:
         return _refused(refusal, tool, asker)
     if mcplet.needs_approval or (surface == "app" and proposed_by_model):
+        metrics.tool_called(mcplet, "held")
         return Outcome("pending", ceremony=tool_call.hold(mcplet, arguments, asker))
     answer = execute_with_retries(mcplet, arguments, asker, asker.call_details())
     ceremony = step_up.hold_if_asked(mcplet, arguments, answer, asker)
@@ -107,6 +108,7 @@ def _refused(refusal, tool, asker):
         server=found.server.name if found else "",
         tool=str(tool),
     )
+    metrics.refused(refusal.rule, found)
     tool_id = storable.printable(str(tool))
     return Outcome(
         "refused", error_envelope(refusal.code, refusal.message, tool_id, found, **hints)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from django.conf import settings
 
 from held.kinds.form import FormAsker
-from mcplet_host import audit
+from mcplet_host import audit, metrics
 from mcplet_host.gateway import rounds
 from mcplet_host.gateway.envelopes import (
     envelope_of,
@@ -120,6 +120,10 @@ def execute(mcplet, arguments, asker, details, meta=None, reply=None):
                 envelope = envelope_of(mcplet, result)
             told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
     failed = "error" in envelope
+    if mcplet.server.enabled:  # a tools/call was sent
+        code = envelope["error"].get("code", "") if failed else ""
+        metrics.mcp_call(mcplet, time.monotonic() - started, str(code))
+    metrics.tool_called(mcplet, "error" if failed else "success")
     audit.record(
         audit.EventType.TOOL_EXECUTED,
         **actor,

@@ -6,6 +6,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from mcplet_host import metrics
+
 APPLICATION = "mcplet_host.asgi:application"
 # Connections each web process keeps to PostgreSQL, unless DB_POOL_MAX_SIZE says otherwise.
 WEB_DB_POOL = 10
@@ -73,6 +75,7 @@ class Command(BaseCommand):
         # uvicorn in this process's place: the supervisor gets the signals a service manager
         # sends, and Django's import here costs it no memory. Its workers watch it (asgi.py).
         os.environ["MCPLET_WEB_SUPERVISOR"] = str(os.getpid())
+        metrics.remove_dead_files()
         if os.environ.get("DB_CONN_MAX_AGE", "0") in ("", "0"):
             # Each request's sync code runs on a thread of its own: without a pool every request
             # would connect to PostgreSQL anew (a backend forked per request, on shared cores).

@@ -3,6 +3,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
+from mcplet_host import metrics
 from pools.watcher import Watcher
 
 
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--ping", type=float, default=10.0, help="liveness ping (default 10 s)")
 
     def handle(self, *args, poll, ping, **options):
+        metrics.remove_dead_files()  # this host's ended processes' (docs/metrics.md)
         asyncio.run(self._run(Watcher(poll_interval=poll, ping_interval=ping)))
 
     async def _run(self, watcher):
