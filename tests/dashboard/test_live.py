@@ -236,6 +236,7 @@ def test_a_broadcast_waits_for_the_commit(staff, monkeypatch, django_capture_on_
     sent = []
     monkeypatch.setattr(receivers, "broadcast", sent.append)
     agent = Agent.objects.create(agent_id="info-gathering-agent", display_name="Info")
+    sent.clear()  # the agent's own configuration event, committed already
     from django.db import transaction
 
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():

@@ -157,6 +157,11 @@ def test_the_agents_page_shows_grants_and_the_llm_tool_lists(staff_client, scena
 
 @pytest.mark.django_db
 def test_the_audit_log_filters(staff_client):
+    o = AuditEvent.objects.count()  # the operator's account: configuration events
+
+    def at(*numbers):
+        return [o + n for n in numbers]
+
     record = audit.record
     record("TOOL_EXECUTED", actor_type="agent", actor_id="info", target_tool="query_crm")
     record("TOOL_BLOCKED", actor_type="agent", actor_id="dispatch", target_tool="send_email")
@@ -168,51 +173,57 @@ def test_the_audit_log_filters(staff_client):
         response = staff_client.get(reverse("dashboard:audit"), query)
         return [e.seq for e in response.context["page"].object_list]
 
-    assert seqs() == [5, 4, 3, 2, 1]
-    assert seqs(event_type="TOOL_EXECUTED") == [4, 1]
-    assert seqs(event_type="mcplet.*") == [3]
-    assert seqs(agent="info") == [4, 1]
-    assert seqs(tool="query_crm") == [3, 1]
-    assert seqs(partner="bot") == [5, 4]
-    assert seqs(since="2000-01-01T00:00", until="2999-01-01T00:00:00") == [5, 4, 3, 2, 1]
+    everything = list(range(o + 5, 0, -1))
+    assert seqs() == everything
+    assert seqs(event_type="TOOL_EXECUTED") == at(4, 1)
+    assert seqs(event_type="mcplet.*") == at(3) + list(range(o, 0, -1))
+    assert seqs(event_type="configuration") == list(range(o, 0, -1))
+    assert seqs(agent="info") == at(4, 1)
+    assert seqs(tool="query_crm") == at(3, 1)
+    assert seqs(partner="bot") == at(5, 4)
+    assert seqs(since="2000-01-01T00:00", until="2999-01-01T00:00:00") == everything
     assert seqs(since="2999-01-01T00:00") == []
-    assert seqs(since="not a date") == [5, 4, 3, 2, 1]  # ignored, not an error
+    assert seqs(since="not a date") == everything  # ignored, not an error
 
 
 @pytest.mark.django_db
 def test_long_lists_are_paginated_and_pages_keep_the_filters(staff_client):
+    o = AuditEvent.objects.count()
     for i in range(60):
         audit.record("TOOL_EXECUTED", actor_type="agent", actor_id="info", details={"i": i})
     first = staff_client.get(reverse("dashboard:audit"), {"agent": "info"})
     assert len(first.context["page"].object_list) == 50
     assert "?agent=info&amp;page=2" in first.content.decode()
     second = staff_client.get(reverse("dashboard:audit"), {"agent": "info", "page": 2})
-    assert [e.seq for e in second.context["page"].object_list] == list(range(10, 0, -1))
+    assert [e.seq for e in second.context["page"].object_list] == list(range(o + 10, o, -1))
 
 
 @pytest.mark.django_db
 def test_the_audit_page_shows_the_chain_state(staff_client):
+    o = AuditEvent.objects.count()
     for _ in range(3):
         audit.record("TOOL_EXECUTED", actor_type="agent", actor_id="info")
-    assert "Chain intact: 3 events verified" in text(staff_client.get(reverse("dashboard:audit")))
+    page = text(staff_client.get(reverse("dashboard:audit")))
+    assert f"Chain intact: {o + 3} events verified" in page
 
-    AuditEvent.objects.filter(seq=2).update(result="FAILURE")  # tampering, as raw SQL would
+    AuditEvent.objects.filter(seq=o + 2).update(result="FAILURE")  # tampering, as raw SQL would
     response = staff_client.post(reverse("dashboard:audit-verify"), follow=True)
     page = text(response)
-    assert "Chain broken: audit chain broken at event #2" in page and "edited" in page
+    assert f"Chain broken: audit chain broken at event #{o + 2}" in page and "edited" in page
 
 
 @pytest.mark.django_db
 def test_the_export_is_json_lines_that_verify_and_is_audited(staff_client):
+    o = AuditEvent.objects.count()
     for tool in ("query_crm", "send_email", "query_crm"):
         audit.record("TOOL_EXECUTED", actor_type="agent", actor_id="info", target_tool=tool)
     response = staff_client.get(reverse("dashboard:audit-export"), {"tool": "query_crm"})
     assert response["Content-Type"].startswith("application/jsonl")
     assert response["Content-Disposition"].startswith('attachment; filename="audit-')
     lines = [json.loads(line) for line in b"".join(response).splitlines()]
-    assert [line["seq"] for line in lines] == [1, 3]
+    assert [line["seq"] for line in lines] == [o + 1, o + 3]
     assert lines[0]["target"]["tool_name"] == "query_crm"
-    stored = AuditEvent.objects.get(seq=1)
+    stored = AuditEvent.objects.get(seq=o + 1)
     assert (lines[0]["hash"], lines[0]["prev_hash"]) == (stored.hash, stored.prev_hash)
     exported = AuditEvent.objects.get(event_type="dashboard.export_audit")
     assert exported.actor_id == "operator" and exported.details == {
