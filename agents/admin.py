@@ -2,6 +2,7 @@ import json
 
 from django.contrib import admin, messages
 from django.utils.html import format_html
+from django.utils.translation import ngettext
 from django_celery_beat import admin as beat_admin
 from django_celery_beat.models import PeriodicTask
 
@@ -177,7 +178,11 @@ class AgentRunAdmin(admin.ModelAdmin):
         cancelled = sum(
             runner.cancel(run, f"Cancelled by {request.user.get_username()}.") for run in queryset
         )
-        self.message_user(request, f"{cancelled} run(s) cancelled.", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("%d run cancelled.", "%d runs cancelled.", cancelled) % cancelled,
+            messages.SUCCESS,
+        )
 
 
 admin.site.unregister(PeriodicTask)
@@ -198,9 +203,10 @@ class PeriodicTaskAdmin(beat_admin.PeriodicTaskAdmin):
 def _pretty(field, label):
     @admin.display(description=label)
     def show(self, obj):
-        return format_html(
-            "<pre>{}</pre>", json.dumps(getattr(obj, field), indent=2, ensure_ascii=False)
-        )
+        value = getattr(obj, field)
+        if value is None:  # nothing yet (a new agent has no card): not the JSON word "null"
+            return self.get_empty_value_display()
+        return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
 
     return show
 

@@ -2,6 +2,7 @@ import json
 
 from django.contrib import admin, messages
 from django.utils.html import format_html
+from django.utils.translation import ngettext
 
 from held.models import Ceremony
 
@@ -70,6 +71,8 @@ class CeremonyAdmin(admin.ModelAdmin):
 
     @admin.display(description="result")
     def result_json(self, obj):
+        if obj.result is None:  # not run yet: nothing, rather than the JSON word "null"
+            return self.get_empty_value_display()
         return format_html("<pre>{}</pre>", json.dumps(obj.result, indent=2, ensure_ascii=False))
 
     def has_reject_permission(self, request):
@@ -83,4 +86,8 @@ class CeremonyAdmin(admin.ModelAdmin):
         rejected = sum(
             c.decline(Ceremony.Status.REJECTED, request.user) for c in queryset.pending()
         )
-        self.message_user(request, f"{rejected} call(s) rejected.", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("%d call rejected.", "%d calls rejected.", rejected) % rejected,
+            messages.SUCCESS,
+        )

@@ -225,6 +225,7 @@ class Ceremony(models.Model):
 
     class Meta:
         db_table = "passkey_ceremony"  # its first home; the rows stayed where they were
+        verbose_name_plural = "ceremonies"
         ordering = ["-created_at"]
         permissions = [("approve_ceremony", "Can approve or reject tool calls with a passkey")]
 

@@ -1,6 +1,7 @@
 import json
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import model_ngettext
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
@@ -59,7 +60,7 @@ class IssuedSecretAdmin(admin.ModelAdmin):
         for issued in queryset.filter(revoked_at__isnull=True):
             issued.revoke()
             count += 1
-        noun = self.model._meta.verbose_name_plural
+        noun = model_ngettext(self.model._meta, count)
         self.message_user(request, f"{count} {noun} revoked.", messages.SUCCESS)
 
 

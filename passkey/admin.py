@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.utils.translation import ngettext
 
 from mcplet_host.admin import IssuedSecretAdmin
 from passkey.models import BackendToken, PasskeyCredential
@@ -27,7 +28,11 @@ class PasskeyCredentialAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected passkeys", permissions=["change"])
     def revoke(self, request, queryset):
         count = sum(passkey.revoke(by=request.user) for passkey in queryset)
-        self.message_user(request, f"{count} passkey(s) revoked.", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("%d passkey revoked.", "%d passkeys revoked.", count) % count,
+            messages.SUCCESS,
+        )
 
 
 @admin.register(BackendToken)

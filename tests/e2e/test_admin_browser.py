@@ -400,6 +400,6 @@ def test_an_operator_creates_a_partner_and_its_key(page, live_server, admin_user
     page.locator(f"input[name=_selected_action][value='{key.pk}']").check()
     page.locator("select[name=action]").select_option(label="Revoke the selected partner keys")
     page.click("button[name=index]")
-    expect(page.locator(".messagelist .success")).to_contain_text("1 partner keys revoked.")
+    expect(page.locator(".messagelist .success")).to_contain_text("1 partner key revoked.")
     assert page.request.get(f"{base}/a2a/agents", headers=bearer).status == 401
     assert page.problems == []
