@@ -26,7 +26,7 @@ from agents import llm, remote
 from agents.models import AgentRun
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
-from mcplet_host import audit, gateway, metrics
+from mcplet_host import audit, gateway, metrics, storable
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,12 @@ class Loop:
                 agent_id=agent.agent_id,
             )
         except llm.LLMError as exc:
+            refusal = _last_tool_error(run.transcript) if exc.kind == "script" else None
+            if refusal is not None:
+                # A script follows one path: a tool's refusal it did not plan for makes the
+                # scripted model leave it, and the refusal is what the partner must read.
+                finish(run, AgentRun.Status.ERROR, error=refusal)
+                return False
             status = (
                 AgentRun.Status.TIMEOUT if "timeout" in str(exc).lower() else AgentRun.Status.ERROR
             )
@@ -248,7 +254,7 @@ class Loop:
                     return self._wait(outcome.ceremony)
                 envelope = outcome.envelope
             run.transcript.append(
-                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps(envelope)}
+                {"role": "tool", "tool_call_id": call["id"], "content": _tool_text(envelope)}
             )
             run.save(update_fields=["transcript", "updated_at"])
         return False
@@ -459,6 +465,29 @@ def _unanswered(transcript):
             calls = enumerate(transcript[turn].get("tool_calls") or [])
             return [(f"call-{turn}-{i}", c) for i, c in calls if c["id"] not in answered]
     return []
+
+
+def _tool_text(envelope):
+    """The envelope as the model reads it: § and Japanese as written, not \\u escapes; escaped
+    only if it holds what UTF-8 cannot encode (a lone surrogate), which no row can keep."""
+    text = json.dumps(envelope, ensure_ascii=False)
+    return json.dumps(envelope) if storable.text_problem(text) else text
+
+
+def _last_tool_error(transcript):
+    """The error (code and message) of the last tool results the model read, if one failed."""
+    for message in reversed(transcript):
+        if message.get("role") == "assistant":
+            return None
+        if message.get("role") != "tool":
+            continue
+        try:
+            error = json.loads(message.get("content") or "").get("error")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return {"message": error["message"], "code": str(error.get("code") or "UNKNOWN_ERROR")}
+    return None
 
 
 def _as_json(text):

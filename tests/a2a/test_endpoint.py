@@ -209,6 +209,37 @@ def test_a_task_runs_with_the_pools_both_hold(api, registry, partner, script, ca
     )
 
 
+def test_a_refusal_the_script_did_not_plan_for_reaches_the_partner_as_itself(
+    api, registry, partner, script, calls
+):
+    """The reference script expects weather, not a refusal: the run ends with the refusal's own
+    code and words (§ as §), not with the scripted model's failure to follow its script."""
+    partner.accessible_pools.clear()  # the info agent holds info-pool; the partner does not
+    fetch = {"name": "fetch_web_content", "arguments": {"url": "https://weather.example"}}
+    registry["info"].model = script(
+        {
+            "info-gathering-agent": [
+                {"tool_calls": [fetch]},
+                {
+                    "expect": {"tool_errors": False, "tool_results_contain": ["rain"]},
+                    "json": {"analysis": "rain tomorrow"},
+                },
+            ]
+        }
+    )
+    registry["info"].save()
+    answer = api.post("/a2a/tasks", json=task()).json()
+    assert answer["status"] == "error" and calls() == []
+    error = answer["payload"]["error"]
+    assert error["code"] == "X_ACCESS_DENIED", error
+    assert "not granted to partner-bot (§3.4, §16.1)" in error["message"]
+    assert "\\u00a7" not in json.dumps(answer, ensure_ascii=False)
+    run = AgentRun.objects.get()
+    assert run.error == error
+    refusal = next(m["content"] for m in run.transcript if m["role"] == "tool")
+    assert "(§3.4, §16.1)" in refusal  # what the model reads, as written
+
+
 def dispatch_task(api, registry, partner, script):
     partner.accessible_pools.add(registry["media-pool"])
     registry["dispatch"].model = script(
