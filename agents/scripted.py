@@ -17,7 +17,8 @@ of `settings.MCPLET_SCRIPT_DIRS` that has it (default: `agents/scripts`). The ag
 
 The turn played is the number of assistant messages already in the conversation, so replaying is
 deterministic and a resumed run continues where it stopped. A turn answers with `tool_calls`
-(optionally with `text` alongside), `text`, or `json` (dumped into the text). Optional keys:
+(optionally with `text` alongside), `text`, or `json` (dumped into the text); a tool call's
+string arguments may name `${NAME}` from `settings.MCPLET_SCRIPT_VARIABLES`. Optional keys:
 `expect` (checks on the conversation before answering: `tool_results_contain`, `tool_errors`,
 `user_contains`), `delay` (seconds to sleep first; longer than the call's timeout raises a
 timeout) and `error: {kind: timeout|rate_limit|server|unavailable|connection, times: N}` (the
@@ -61,6 +62,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TURN_KEYS = {"tool_calls", "text", "json", "expect", "delay", "error"}
 _EXPECT_KEYS = {"tool_results_contain", "tool_errors", "user_contains"}
 _CALL_KEYS = {"name", "arguments", "id"}
+_VARIABLE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ERROR_KINDS = {
     "timeout": litellm.exceptions.Timeout,
     "rate_limit": litellm.exceptions.RateLimitError,
@@ -245,7 +247,7 @@ def _tool_calls(calls: Any, agent: str, turn: int, where: str) -> list[dict]:
         unknown = set(call) - _CALL_KEYS
         if unknown:
             raise ScriptError(f"{where}: tool call {i} has unknown keys {sorted(unknown)}")
-        arguments = call.get("arguments", {})
+        arguments = _expand(call.get("arguments", {}), f"{where}: tool call {i}")
         # A string is sent as is, so a script can play a model that emits broken JSON.
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, ensure_ascii=False)
@@ -258,6 +260,24 @@ def _tool_calls(calls: Any, agent: str, turn: int, where: str) -> list[dict]:
             }
         )
     return out
+
+
+def _expand(value: Any, where: str) -> Any:
+    """`${NAME}` in the arguments' strings replaced by settings.MCPLET_SCRIPT_VARIABLES[NAME]."""
+    if isinstance(value, str):
+        known = getattr(settings, "MCPLET_SCRIPT_VARIABLES", {})
+
+        def value_of(match: re.Match) -> str:
+            if match[1] not in known:
+                raise ScriptError(f"{where}: ${{{match[1]}}} is not in MCPLET_SCRIPT_VARIABLES")
+            return str(known[match[1]])
+
+        return _VARIABLE_RE.sub(value_of, value)
+    if isinstance(value, list):
+        return [_expand(item, where) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _expand(item, where) for key, item in value.items()}
+    return value
 
 
 def _timeout_seconds(timeout: Any) -> float | None:

@@ -62,7 +62,7 @@ from bench import common
 PASSKEY_ORIGIN = "https://approve.example.test"
 PASSKEY_RP_ID = "approve.example.test"
 SCRIPT = common.ROOT / "agents" / "scripts" / "reference.yaml"
-SCRIPT_API_URL = "http://127.0.0.1:5100"  # where the script fetches the forecast from
+SCRIPT_API_URL = "${RESTAURANT_API_URL}"  # where the script fetches the forecast from
 TABLES = (
     "agents.AgentRun",
     "a2a.A2AMessage",

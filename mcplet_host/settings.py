@@ -199,6 +199,12 @@ CELERY_TIMEZONE = TIME_ZONE
 MCPLET_LLM_MODEL = env_str("MCPLET_LLM_MODEL", "scripted/reference")
 # Where the offline scripted model finds `scripted/<name>` scripts (comma-separated).
 MCPLET_SCRIPT_DIRS = env_list("MCPLET_SCRIPT_DIRS", [str(BASE_DIR / "agents" / "scripts")])
+# What a script's tool arguments may name as `${NAME}`: only these (never the environment, which
+# holds secrets). The reference script fetches from this host's backing service (a second host on
+# one machine sets RESTAURANT_API_URL, and its backing service, MCPlets and script follow).
+MCPLET_SCRIPT_VARIABLES = {
+    "RESTAURANT_API_URL": env_str("RESTAURANT_API_URL", "http://127.0.0.1:5100").rstrip("/")
+}
 
 # The port `runhost` serves (its --port, passed on by manage.py): by default the host's own
 # address, http://localhost:<port>, is where approvers register passkeys and approve.

@@ -9,6 +9,7 @@ read_site_stats … 9108 query_hr), at `/mcp`. `RESTAURANT_MAIL_VERIFY_TOKEN` an
 `RESTAURANT_SNS_VERIFY_TOKEN` become the `MCPLET_VERIFY_TOKEN` of the e-mail and SNS servers
 (each server has its own verify token on the host). `--check` (docker compose's health check)
 exits 0 when every server (and with --backend, the backing service) accepts connections.
+`--backend-port` defaults to the port of `RESTAURANT_API_URL` (5100 if unset).
 """
 
 import argparse
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from mcplets.restaurant import SERVERS, STRICT_MODULES
+from mcplets.restaurant import SERVERS, STRICT_MODULES, backend
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--base-port", type=int, default=SERVERS[0].port)
     parser.add_argument("--backend", action="store_true", help="also run the backing service")
-    parser.add_argument("--backend-port", type=int, default=5100)
+    parser.add_argument("--backend-port", type=int, default=backend.default_port())
     parser.add_argument("--check", action="store_true", help="only check that all listen")
     args = parser.parse_args(argv)
     if args.check:

@@ -4,6 +4,8 @@ MCPlets reach it through `RESTAURANT_API_URL`, so real services replace it by co
 
     python -m mcplets.restaurant.backend [--host 127.0.0.1] [--port 5100]
 
+The port defaults to RESTAURANT_API_URL's (5100 if unset), where the MCPlets look for it.
+
     GET  /crm/customers?filter=rain_cancel_tendency   customers who often cancel when it rains
     GET  /crm/customers?id=C001                       one customer
     GET  /crm/reservations?date=YYYY-MM-DD|tomorrow[&filter=rain_cancel_tendency][&status=…]
@@ -39,6 +41,7 @@ from urllib.parse import parse_qs, urlsplit
 from mcplets.restaurant import delivery, store
 
 DEFAULT_PORT = 5100
+API_URL_ENV = "RESTAURANT_API_URL"  # where the MCPlets look for this service (common.py)
 TOKEN_ENV = "RESTAURANT_API_TOKEN"  # noqa: S105 (a variable name)
 MAX_BODY = 1024 * 1024
 log = logging.getLogger("mcplets.restaurant.backend")
@@ -189,6 +192,15 @@ def _endpoints() -> list[str]:
     return [f"GET {p}" for p in GET_ROUTES] + [f"POST {p}" for p in POST_ROUTES]
 
 
+def default_port() -> int:
+    """The port of RESTAURANT_API_URL, else 5100: the service listens where the MCPlets look, so
+    a second host on one machine moves both with that one variable."""
+    try:
+        return urlsplit(os.environ.get(API_URL_ENV) or "").port or DEFAULT_PORT
+    except ValueError:  # not a port: the default, and the MCPlets will say what is wrong
+        return DEFAULT_PORT
+
+
 def make_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
@@ -206,7 +218,7 @@ def serve_in_thread(host: str = "127.0.0.1", port: int = 0):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--port", type=int, default=default_port())
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     server = make_server(args.host, args.port)

@@ -282,6 +282,23 @@ def test_a_malformed_script_fails_loudly(scripts, text, message):
     assert info.value.retryable is False
 
 
+def test_arguments_name_only_the_script_variables(scripts, settings, monkeypatch):
+    """`${NAME}` is what settings.MCPLET_SCRIPT_VARIABLES says, never the environment's."""
+    settings.MCPLET_SCRIPT_VARIABLES = {"API": "http://127.0.0.1:5301"}
+    call = {"name": "fetch", "arguments": {"url": "${API}/forecast", "also": ["${API}"]}}
+    (scripts / "vars.yaml").write_text(json.dumps({"agents": {"a": [{"tool_calls": [call]}]}}))
+    (reply_call,) = complete(user(), model="scripted/vars", agent_id="a").tool_calls
+    assert reply_call.arguments == {
+        "url": "http://127.0.0.1:5301/forecast",
+        "also": ["http://127.0.0.1:5301"],
+    }
+    monkeypatch.setenv("SECRET_KEY", "not-for-a-script")
+    call["arguments"] = {"leak": "${SECRET_KEY}"}
+    (scripts / "vars.yaml").write_text(json.dumps({"agents": {"a": [{"tool_calls": [call]}]}}))
+    with pytest.raises(LLMError, match=r"\$\{SECRET_KEY\} is not in MCPLET_SCRIPT_VARIABLES"):
+        complete(user(), model="scripted/vars", agent_id="a", backoff=0)
+
+
 def test_json_scripts_are_read_too(scripts):
     (scripts / "plain.json").write_text(json.dumps({"agents": {"a": [{"text": "from json"}]}}))
     assert complete(user(), model="scripted/plain", agent_id="a").text == "from json"

@@ -8,13 +8,13 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from tests.browser import close_tab, open_tab, screenshot
-from tests.restaurant.test_reference_script import SCRIPT
+from tests.restaurant.test_reference_script import SCRIPT, SCRIPT_API_URL
 
 
 def reference_scripts(folder, backend_url):
     """The reference script, fetching the forecast from this backing service (for
     MCPLET_SCRIPT_DIRS); the folder."""
-    text = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    text = SCRIPT.read_text(encoding="utf-8").replace(SCRIPT_API_URL, backend_url)
     (Path(folder) / "reference.yaml").write_text(text, encoding="utf-8")
     return str(folder)
 

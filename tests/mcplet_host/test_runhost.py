@@ -23,14 +23,17 @@ def embedded(tmp_path, **extra):
 
 
 def test_runhost_serves_health_admin_and_prints_the_walkthrough(tmp_path):
-    env, manage = embedded(tmp_path), MANAGE
-    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
+    # Its own backing service, as a second host on one machine has: RESTAURANT_API_URL moves
+    # the service runhost starts (no --restaurant-port), the seeded MCPlets and the script.
     port, restaurant = free_port(), free_port()
-    seed = [*manage, "seed_reference", "--api-url", f"http://127.0.0.1:{restaurant}"]
+    env = embedded(tmp_path, RESTAURANT_API_URL=f"http://127.0.0.1:{restaurant}")
+    manage = MANAGE
+    subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
+    seed = [*manage, "seed_reference"]
     subprocess.run(seed, cwd=ROOT, env=env, check=True, timeout=180, capture_output=True)
     log = (tmp_path / "runhost.log").open("w")
     host = subprocess.Popen(
-        [*manage, "runhost", "--port", str(port), "--restaurant-port", str(restaurant)],
+        [*manage, "runhost", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -51,6 +54,8 @@ def test_runhost_serves_health_admin_and_prints_the_walkthrough(tmp_path):
         output = (tmp_path / "runhost.log").read_text()
         assert "worker, beat, watcher, embedded (in-memory broker)" in output
         assert f"restaurant backing service: http://127.0.0.1:{restaurant}" in output
+        with urllib.request.urlopen(f"http://127.0.0.1:{restaurant}/healthz", timeout=5) as r:
+            assert r.status == 200
         # `make run` seeds the scenario: the demo's steps follow, with this host's addresses.
         assert "Try the reference scenario" in output
         assert f"Register a passkey: http://localhost:{port}/passkey/register/" in output

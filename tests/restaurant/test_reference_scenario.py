@@ -23,7 +23,7 @@ from mcplet_host.models import AuditEvent
 from tests.agents.openai_stub import Canned, openai_stub
 from tests.processes import free_port
 from tests.restaurant.conftest import approve, sent_mail
-from tests.restaurant.test_reference_script import at_risk
+from tests.restaurant.test_reference_script import SCRIPT_API_URL, at_risk
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
 SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "scripts" / "reference.yaml"
@@ -68,7 +68,7 @@ def test_director_to_sent_emails(
     scenario, model, backend_url, outbox, live_server, manager, tmp_path, settings
 ):
     # The script fetches the forecast from the default backend address; here it runs elsewhere.
-    script = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    script = SCRIPT.read_text(encoding="utf-8").replace(SCRIPT_API_URL, backend_url)
     (tmp_path / "reference.yaml").write_text(script, encoding="utf-8")
     settings.MCPLET_SCRIPT_DIRS = [str(tmp_path)]
     mail_server = scenario["servers"]["restaurant-mail"]
@@ -139,7 +139,7 @@ def test_an_unreachable_verify_endpoint_is_failed_everywhere_with_its_url(
     """The e-mail MCPlet cannot reach the host's verify-assertion endpoint: after both
     approvals nothing is sent, and the call, the run, the approvals, the trace and the overview
     all say Failed, with the URL it tried and what to check."""
-    script = SCRIPT.read_text(encoding="utf-8").replace("http://127.0.0.1:5100", backend_url)
+    script = SCRIPT.read_text(encoding="utf-8").replace(SCRIPT_API_URL, backend_url)
     (tmp_path / "reference.yaml").write_text(script, encoding="utf-8")
     settings.MCPLET_SCRIPT_DIRS, settings.MCPLET_LLM_MODEL = [str(tmp_path)], "scripted/reference"
     verify_url = f"http://127.0.0.1:{free_port()}/auth/verify-assertion"  # nothing listens

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from django.conf import settings
 
+from agents import llm
 from agents.management.commands.seed_reference import (
     DISPATCH_OUTPUT,
     INFO_OUTPUT,
@@ -19,6 +20,7 @@ from agents.scripted import load_script
 
 DATA = Path(settings.BASE_DIR) / "mcplets" / "restaurant" / "data"
 SCRIPT = Path(settings.BASE_DIR) / "agents" / "scripts" / "reference.yaml"
+SCRIPT_API_URL = "${RESTAURANT_API_URL}"  # where the script fetches the forecast from
 
 
 def data(name):
@@ -95,6 +97,21 @@ def test_scripted_answers_match_the_seeded_output_schemas(script, agent, schema)
 def test_the_director_targets_the_information_agent(script):
     (turn,) = script["director"]
     assert turn["json"]["target"] == "info-gathering-agent" and turn["json"]["instruction"]
+
+
+def test_the_script_fetches_from_this_hosts_backing_service(settings):
+    """A second host on one machine sets RESTAURANT_API_URL (its backing service's own port):
+    the reference script follows it, as the MCPlets and seed_reference do."""
+    settings.MCPLET_SCRIPT_DIRS = [str(SCRIPT.parent)]
+    settings.MCPLET_SCRIPT_VARIABLES = {"RESTAURANT_API_URL": "http://127.0.0.1:5301"}
+    system = {"role": "system", "content": "gather"}
+    reply = llm.complete(
+        [system, {"role": "user", "content": "go"}],
+        model="scripted/reference",
+        agent_id="info-gathering-agent",
+    )
+    fetch = next(c for c in reply.tool_calls if c.name == "fetch_web_content")
+    assert fetch.arguments == {"url": "http://127.0.0.1:5301/weather/forecast?date=tomorrow"}
 
 
 def test_the_script_loads_as_the_scripted_model_reads_it(settings):

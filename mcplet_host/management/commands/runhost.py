@@ -43,8 +43,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--restaurant-port",
             type=int,
-            default=5100,
-            help="Port of the reference scenario's backing service (0: do not start it).",
+            default=restaurant_backend.default_port(),
+            help="Port of the reference scenario's backing service (default: the port of "
+            "RESTAURANT_API_URL, 5100 if unset; 0: do not start it).",
         )
 
     def handle(self, *args, host, port, concurrency, restaurant_port, **options):
@@ -146,7 +147,11 @@ class Command(BaseCommand):
         try:
             server, url = restaurant_backend.serve_in_thread("127.0.0.1", port)
         except OSError as exc:
-            self.stdout.write(f"  restaurant backing service not started: {exc}")
+            self.stdout.write(
+                f"  restaurant backing service not started on port {port}: {exc}. Another host "
+                "on this machine may hold it: give this one its own, RESTAURANT_API_URL="
+                "http://127.0.0.1:<port> (seed_reference reads it too)."
+            )
             return None
         self.stdout.write(f"  restaurant backing service: {url}")
         return server
