@@ -31,7 +31,7 @@ from mcplets.adapter.server import (
     log_to_stderr,
     upstream_session,
 )
-from mcplets.adapter.suggest import draft
+from mcplets.adapter.suggest import draft, pool_for
 from mcplets.serving import serve
 
 
@@ -63,7 +63,8 @@ async def suggest(upstream, output):
     async with upstream_session(upstream) as session:
         tools = await list_upstream_tools(session)
         name = session.server_info.name if session.server_info else ""
-    text = draft(tools, str(upstream), server=f"{name or 'upstream'}-mcplets")
+    name = name or "upstream"
+    text = draft(tools, str(upstream), server=f"{name}-mcplets", pool=pool_for(name))
     if output is None:
         sys.stdout.write(text)
     else:

@@ -4,6 +4,9 @@ Only a tool the upstream itself marks read-only (`readOnlyHint`, and no `destruc
 one named like a read (get/list/search...) that the upstream does not mark as writing, becomes a
 `read` suggestion, visible to the model. Everything else is drafted as what is safest: an
 `action` only host-controlled paths may call (`visibility: [app]`), behind a strict passkey.
+Every tool is drafted in one pool named after the server: a pool-less tool would be reachable by
+every agent, where the host rejects a tool whose pool it does not have, and an agent reaches a
+pooled one only once granted (deny by default).
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ HEADER = """\
 # - Delete the tools the host should not reach (a tool that is not named is not published).
 # - A read is visible to the model and must have no side effect; anything else is an action
 #   behind a passkey (strict: the adapter verifies the approval before the upstream sees it).
-# - Add `pool:` (a pool registered on the host), `arguments:` (a JSON Schema the arguments must
-#   also meet) and `promptMessage:` wording your approvers understand.
+# - Every tool is in the pool {pool}: the host rejects them until that pool exists (admin ›
+#   Pools), and then only the agents granted it reach them. Move a tool to another pool, or drop
+#   its `pool:` to make it reachable by every agent, only on purpose.
+# - Add `arguments:` (a JSON Schema the arguments must also meet) and `promptMessage:` wording
+#   your approvers understand.
 """
 
 
@@ -55,11 +61,23 @@ def suggest_tool(tool: types.Tool) -> tuple[dict[str, Any], str]:
     return {"mcpletType": "read", "visibility": ["model"]}, f"read: {why}"
 
 
-def draft(tools: list[types.Tool], upstream: str, server: str = "mcplet-adapter") -> str:
-    """The draft configuration as YAML text, one commented block per tool."""
-    lines = [HEADER.format(upstream=upstream), f"server: {server}", "tools:"]
+def pool_for(name: str) -> str:
+    """A pool name the host accepts (a slug), after the server's name."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-")[:90]
+    return f"{slug or 'upstream'}-pool"
+
+
+def draft(
+    tools: list[types.Tool], upstream: str, server: str = "mcplet-adapter", pool: str = ""
+) -> str:
+    """The draft configuration as YAML text, one commented block per tool, all in `pool`
+    (default: one named after `server`)."""
+    pool = pool or pool_for(server)
+    lines = [HEADER.format(upstream=upstream, pool=pool), f"server: {server}", "tools:"]
     for tool in tools:
         contract, why = suggest_tool(tool)
+        head = {"mcpletType": contract["mcpletType"], "visibility": contract["visibility"]}
+        contract = head | {"pool": pool} | contract
         block = yaml.safe_dump(
             {tool.name: contract}, sort_keys=False, allow_unicode=True, default_flow_style=None
         )

@@ -100,8 +100,11 @@ def test_suggest_drafts_reads_and_gated_actions(tmp_path, filesystem_bin, shared
         assert tools[action]["mcpletType"] == "action" and tools[action]["visibility"] == ["app"]
         assert tools[action]["auth"]["enforcement"] == "strict"
         assert tools[action]["auth"]["promptMessage"].startswith(f"Allow {action}? (")
+    pool = "secure-filesystem-server-pool"  # after the upstream's name: no tool is pool-less
     for read in ("read_text_file", "list_directory", "search_files", "get_file_info"):
-        assert tools[read] == {"mcpletType": "read", "visibility": ["model"]}
+        assert tools[read] == {"mcpletType": "read", "visibility": ["model"], "pool": pool}
+    assert {contract["pool"] for contract in tools.values()} == {pool}
+    assert f"# - Every tool is in the pool {pool}: the host rejects them" in text
     assert "# action: the upstream marks it as writing\n  write_file:" in text
     load_config(draft)  # the draft is a configuration the adapter accepts as it is
 

@@ -4,15 +4,19 @@ its rules; a write is held, approved with a passkey, verified by the adapter wit
 /auth/verify-assertion, and only then reaches the filesystem. What the server did is read from
 the disk."""
 
+import subprocess
+import sys
 import time
 
 import anyio
 import pytest
+import yaml
 from django.core.cache import cache
 
 from agents.models import Agent
 from held.models import Ceremony
 from mcplet_host import gateway
+from mcplets.examples.programmable import SOURCE_ROOT
 from passkey.challenges import CHALLENGE_TTL
 from pools.discovery import discover
 from pools.models import Mcplet, McpServer, Pool
@@ -168,3 +172,42 @@ def test_the_upstream_never_gets_the_verify_token(files, shared, filesystem_bin,
     assert len(anyio.run(scenario).tools) == 4
     text = seen.read_text()
     assert "MCPLET_VERIFY" not in text and env["MCPLET_VERIFY_TOKEN"] not in text
+
+
+def test_a_suggested_draft_reaches_no_agent_until_its_pool_is_granted(
+    filesystem_bin, shared, tmp_path
+):
+    """`--suggest` drafts every tool in a pool named after the server: registered as it is, the
+    host rejects them (no such pool); once the pool exists, only an agent granted it reaches
+    the drafted reads — never every agent, as a pool-less draft would let it."""
+    draft = tmp_path / "draft.yaml"
+    subprocess.run(
+        [sys.executable, "-m", "mcplets.adapt", "--suggest", "-o", str(draft), "--"]
+        + [filesystem_bin, str(shared)],
+        cwd=SOURCE_ROOT,
+        check=True,
+        timeout=60,
+    )
+    pools = {contract["pool"] for contract in yaml.safe_load(draft.read_text())["tools"].values()}
+    assert pools == {"secure-filesystem-server-pool"}
+    server = McpServer.objects.create(
+        name="drafted-files",
+        transport="stdio",
+        command="python",
+        args=adapter_args(draft, filesystem_bin, str(shared)),
+    )
+    report = discover(server)
+    assert (report.accepted, report.rejected) == (0, 14)
+    reason = server.mcplets.get(name="read_text_file").rejection_reason
+    assert "'secure-filesystem-server-pool', which is not registered" in reason
+
+    pool = Pool.objects.create(name="secure-filesystem-server-pool")
+    assert discover(server).accepted == 14
+    granted = Agent.objects.create(agent_id="office-agent", display_name="Office")
+    granted.accessible_pools.set([pool])
+    other = Agent.objects.create(agent_id="other-agent", display_name="Other")
+    assert "read_text_file" in {t.name for t in gateway.tools_for(granted)}
+    assert gateway.tools_for(other) == []
+    refused = gateway.call_tool(other, "read_text_file", {"path": str(shared / "menu.txt")})
+    assert refused.status == "refused"
+    assert refused.envelope["error"]["code"] == "X_ACCESS_DENIED"
