@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,13 @@ PING_INTERVAL = 5.0
 # its OAuth client for an HTTP upstream.
 PRIVATE_ENV = (URL_ENV, TOKEN_ENV, *SECRET_ENV)
 RESOURCE_NOT_FOUND = -32002
+# An upstream's refused arguments, as the SDKs word them in an error result (not a JSON-RPC
+# error): TypeScript "MCP error -32602: Input validation error: Invalid arguments for tool t:
+# ...", Python MCPServer "Error executing tool t: 1 validation error for tArguments ...".
+INVALID_ARGUMENTS = re.compile(
+    r"^(MCP error -32602\b|Input validation error\b|Invalid arguments for tool\b"
+    r"|Error executing tool \S+: \d+ validation errors? for \S+Arguments\b)"
+)
 
 
 class UpstreamGone(Exception):
@@ -380,8 +388,9 @@ class Adapter:
             )
         text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
         if result.is_error:
+            invalid = INVALID_ARGUMENTS.match(text.strip())
             return error(
-                ErrorCode.UNKNOWN_ERROR,
+                ErrorCode.VALIDATION_ERROR if invalid else ErrorCode.UNKNOWN_ERROR,
                 f"the upstream server answered with an error: {text or 'no message'}",
                 **identity,
             )

@@ -139,10 +139,11 @@ def test_the_time_server_publishes_its_configured_reads(time_bin):
             now = await session.call_tool("get_current_time", {"timezone": "Asia/Tokyo"})
             bad = await session.call_tool("get_current_time", {"timezone": "../../etc/passwd"})
             unknown = await session.call_tool("get_current_time", {"timezone": "Mars/Olympus"})
+            missing = await session.call_tool("get_current_time", {})  # the upstream refuses
             schema = await session.read_resource(listing.tools[0].meta["mcpletToolResultSchemaUri"])
-        return listing, now, bad, unknown, schema
+        return listing, now, bad, unknown, missing, schema
 
-    listing, now, bad, unknown, schema = anyio.run(scenario)
+    listing, now, bad, unknown, missing, schema = anyio.run(scenario)
     tools = {t.name: t for t in listing.tools}
     assert sorted(tools) == ["convert_time", "get_current_time"]
     assert tools["get_current_time"].meta == {
@@ -167,6 +168,25 @@ def test_the_time_server_publishes_its_configured_reads(time_bin):
     # The upstream's own refusal comes back as an error envelope, with its words.
     assert unknown.is_error and unknown.structured_content["error"]["code"] == "UNKNOWN_ERROR"
     assert "Mars/Olympus" in unknown.structured_content["error"]["message"]
+    # Arguments the upstream's SDK refused (Python's MCPServer) are the caller's to correct.
+    assert missing.is_error and missing.structured_content["error"]["code"] == "VALIDATION_ERROR"
+    assert "timezone" in missing.structured_content["error"]["message"]
+
+
+def test_arguments_the_filesystem_server_refuses_are_a_validation_error(filesystem_bin, shared):
+    """The TypeScript SDK's refusal of arguments against the tool's schema, as an error result,
+    is VALIDATION_ERROR; the server's other errors (a missing file) stay UNKNOWN_ERROR."""
+
+    async def scenario():
+        async with adapter_session(EXAMPLES / "filesystem.yaml", filesystem_bin, str(shared)) as s:
+            wrong = await s.call_tool("read_text_file", {"path": 5})
+            gone = await s.call_tool("read_text_file", {"path": str(shared / "gone.txt")})
+        return wrong.structured_content["error"], gone.structured_content["error"]
+
+    wrong, gone = anyio.run(scenario)
+    assert wrong["code"] == "VALIDATION_ERROR", wrong
+    assert "Invalid arguments for tool read_text_file" in wrong["message"]
+    assert gone["code"] == "UNKNOWN_ERROR" and "ENOENT" in gone["message"]
 
 
 @pytest.fixture
