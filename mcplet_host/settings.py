@@ -1,4 +1,4 @@
-"""Django settings for MCPlet Host, all from the environment (see README, "Configuration").
+"""Django settings for MCPlet Host, all from the environment (docs/operators.md, "Configuration").
 
 Unset REDIS_URL means the embedded mode: Celery's in-memory broker, a local-memory cache and
 the in-memory channel layer, all inside one `runhost` process.
@@ -211,7 +211,8 @@ MCPLET_SCRIPT_VARIABLES = {
 MCPLET_PORT = env_int("MCPLET_PORT", 8000, minimum=1)
 # How many processes `manage.py serve` (compose's web) serves with. Django runs a process's sync
 # views one at a time, so the web tier grows by processes; they share one listening socket, and
-# the dashboard's live stream crosses them through the Redis channel layer (README, "Sizing").
+# the dashboard's live stream crosses them through the Redis channel layer (docs/operators.md,
+# "Sizing").
 MCPLET_WEB_PROCESSES = env_int("MCPLET_WEB_PROCESSES", 2, minimum=1)
 # The bearer token Prometheus sends to /metrics; unset, the endpoint is off (404). With
 # PROMETHEUS_MULTIPROC_DIR, one scrape shows every process counting there (docs/metrics.md).

@@ -106,7 +106,7 @@ def test_the_plans_configuration():
     assert (crontab.minute, crontab.hour, crontab.day_of_month) == ("0", "7", "*")
     assert director.schedule.task == "agents.run_director"
 
-    # The README's partner example: one agent it may call, with the pool that agent needs.
+    # The partner example of docs/partners.md: one agent it may call, with the pool it needs.
     partner = Agent.objects.get(agent_id="partner-bot")
     assert partner.kind == Agent.Kind.EXTERNAL and partner.pools_beyond_callable_agents() == []
     assert list(partner.callable_agents.all()) == [info]

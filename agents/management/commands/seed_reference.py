@@ -1,6 +1,6 @@
 """`manage.py seed_reference`: the restaurant scenario's configuration (plan §4–§6) — pools, the
 eight MCPlet servers, the three agents with their grants and hand-offs, the Director on its
-07:00 schedule, and the README's example partner. Idempotent: running it again brings the
+07:00 schedule, and the example partner of docs/partners.md. Idempotent: running it again brings the
 reference rows back to these values (an agent's `model`, once chosen by an operator, is kept)."""
 
 import os
@@ -398,13 +398,13 @@ class Command(BaseCommand):
         director.accessible_pools.clear()
         director.targets.set([agents["info-gathering-agent"]])
         director.schedule_cron(SCHEDULE)
-        # The README's partner example: it may ask the information agent, with the one pool that
-        # agent's analysis needs (a partner's task runs with the pools both hold; with none,
-        # the forecast and supplier MCPlets would be refused).
+        # The partner example of docs/partners.md: it may ask the information agent, with the one
+        # pool that agent's analysis needs (a partner's task runs with the pools both hold; with
+        # none, the forecast and supplier MCPlets would be refused).
         partner = self.upsert(
             PARTNER,
             kind=Agent.Kind.EXTERNAL,
-            display_name="Example partner (README)",
+            display_name="Example partner (docs/partners.md)",
             description="A partner agent on the A2A REST API: may ask the information agent.",
         )
         partner.accessible_pools.set([pools["info-pool"]])
