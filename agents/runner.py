@@ -169,6 +169,7 @@ class Loop:
             if refusal is not None:
                 # A script follows one path: a tool's refusal it did not plan for makes the
                 # scripted model leave it, and the refusal is what the partner must read.
+                log.info("run %s ends with its tool's error; the script said: %s", run.pk, exc)
                 finish(run, AgentRun.Status.ERROR, error=refusal)
                 return False
             status = (
@@ -253,9 +254,8 @@ class Loop:
                 if outcome.status == "pending":
                     return self._wait(outcome.ceremony)
                 envelope = outcome.envelope
-            run.transcript.append(
-                {"role": "tool", "tool_call_id": call["id"], "content": _tool_text(envelope)}
-            )
+            content = storable.json_text(envelope)  # as the tool wrote it: § as §, not \u00a7
+            run.transcript.append({"role": "tool", "tool_call_id": call["id"], "content": content})
             run.save(update_fields=["transcript", "updated_at"])
         return False
 
@@ -465,13 +465,6 @@ def _unanswered(transcript):
             calls = enumerate(transcript[turn].get("tool_calls") or [])
             return [(f"call-{turn}-{i}", c) for i, c in calls if c["id"] not in answered]
     return []
-
-
-def _tool_text(envelope):
-    """The envelope as the model reads it: § and Japanese as written, not \\u escapes; escaped
-    only if it holds what UTF-8 cannot encode (a lone surrogate), which no row can keep."""
-    text = json.dumps(envelope, ensure_ascii=False)
-    return json.dumps(envelope) if storable.text_problem(text) else text
 
 
 def _last_tool_error(transcript):

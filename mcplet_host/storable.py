@@ -3,6 +3,7 @@ encode a lone surrogate, JSON has no infinity, and recursive walkers (the JSON e
 jsonschema) break on deep nesting: hostile input is refused early with `problem()`, and what is
 only recorded (the audit trail) is written out with `printable()` (issue 14)."""
 
+import json
 import math
 
 MAX_DEPTH = 64  # far beyond any §18 payload or tool arguments, far below Python's recursion limit
@@ -60,3 +61,10 @@ def printable(value):
     if isinstance(value, list | tuple):
         return [printable(item) for item in value]
     return value
+
+
+def json_text(value):
+    """`value` as JSON text a person or a model reads: § and Japanese as written, not \\u
+    escapes; escaped only where it holds what UTF-8 cannot encode (a lone surrogate)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return json.dumps(value) if text_problem(text) else text
