@@ -90,16 +90,23 @@ class LLMError(Exception):
     """An LLM call failed for good: a permanent error, or a transient one on the last attempt.
     `kind` says which, for callers that must tell a timeout from the rest: "timeout",
     "rate_limit", "server", "connection", "script" (the scripted model left its script), "auth",
-    "bad_request", "not_found" or "other"."""
+    "bad_request", "not_found" or "other". `tool_error`: the tool's error that made the scripted
+    model leave its script, when one did (the run ends with it)."""
 
     def __init__(
-        self, message: str, retryable: bool = False, attempts: int = 1, kind: str = "other"
+        self,
+        message: str,
+        retryable: bool = False,
+        attempts: int = 1,
+        kind: str = "other",
+        tool_error: dict | None = None,
     ):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.attempts = attempts
         self.kind = kind
+        self.tool_error = tool_error
 
 
 @dataclass
@@ -253,7 +260,11 @@ def complete(
                 if retryable:
                     message = f"{message} (gave up after {attempt} attempts)"
                 raise LLMError(
-                    message, retryable=retryable, attempts=attempt, kind=error_kind(exc)
+                    message,
+                    retryable=retryable,
+                    attempts=attempt,
+                    kind=error_kind(exc),
+                    tool_error=getattr(_script_error(exc), "tool_error", None),
                 ) from exc
             delay = backoff * 2 ** (attempt - 1)
             logger.warning(

@@ -165,12 +165,11 @@ class Loop:
                 agent_id=agent.agent_id,
             )
         except llm.LLMError as exc:
-            refusal = _last_tool_error(run.transcript) if exc.kind == "script" else None
-            if refusal is not None:
+            if exc.tool_error is not None:
                 # A script follows one path: a tool's refusal it did not plan for makes the
                 # scripted model leave it, and the refusal is what the partner must read.
                 log.info("run %s ends with its tool's error; the script said: %s", run.pk, exc)
-                finish(run, AgentRun.Status.ERROR, error=refusal)
+                finish(run, AgentRun.Status.ERROR, error=exc.tool_error)
                 return False
             status = (
                 AgentRun.Status.TIMEOUT if "timeout" in str(exc).lower() else AgentRun.Status.ERROR
@@ -465,22 +464,6 @@ def _unanswered(transcript):
             calls = enumerate(transcript[turn].get("tool_calls") or [])
             return [(f"call-{turn}-{i}", c) for i, c in calls if c["id"] not in answered]
     return []
-
-
-def _last_tool_error(transcript):
-    """The error (code and message) of the last tool results the model read, if one failed."""
-    for message in reversed(transcript):
-        if message.get("role") == "assistant":
-            return None
-        if message.get("role") != "tool":
-            continue
-        try:
-            error = json.loads(message.get("content") or "").get("error")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return {"message": error["message"], "code": str(error.get("code") or "UNKNOWN_ERROR")}
-    return None
 
 
 def _as_json(text):

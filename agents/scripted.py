@@ -74,10 +74,12 @@ _ERROR_KINDS = {
 
 class ScriptError(CustomLLMError):
     """The conversation left its script. Status 400 makes litellm map it to BadRequestError, a
-    permanent error: replaying the same conversation would fail the same way."""
+    permanent error: replaying the same conversation would fail the same way. `tool_error`: the
+    tool's error (code and message) that broke an expectation, when one did."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, tool_error: dict | None = None):
         super().__init__(status_code=400, message=message)
+        self.tool_error = tool_error
 
 
 # Failed attempts per (script file, run, agent, turn): an `error` turn fails its first `times`
@@ -185,6 +187,16 @@ def _is_error_envelope(text: str) -> bool:
     return isinstance(body, Mapping) and "error" in body
 
 
+def _first_error(results: list[str]) -> dict | None:
+    """The first error among the tool results, as {message, code}: what a script that expected
+    an answer got instead (a refusal it did not plan for)."""
+    for text in filter(_is_error_envelope, results):
+        error = json.loads(text)["error"]
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return {"message": error["message"], "code": str(error.get("code") or "UNKNOWN_ERROR")}
+    return None
+
+
 def _as_strings(value: Any, what: str, where: str) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -201,12 +213,14 @@ def check_expect(expect: Any, messages: list, where: str) -> None:
         raise ScriptError(f"{where}: unknown expect keys {sorted(unknown)}")
     results = _last_tool_results(messages)
     joined = "\n".join(results)
+    refused = _first_error(results)
     if "tool_results_contain" in expect:
         for needle in _as_strings(expect["tool_results_contain"], "tool_results_contain", where):
             if needle not in joined:
                 raise ScriptError(
                     f"{where}: expected the tool results to contain {needle!r}, got "
-                    f"{_preview(joined)} (the conversation left its script)"
+                    f"{_preview(joined)} (the conversation left its script)",
+                    tool_error=refused,
                 )
     if "tool_errors" in expect:
         wanted = bool(expect["tool_errors"])
@@ -215,7 +229,8 @@ def check_expect(expect: Any, messages: list, where: str) -> None:
             state = "an error" if got else "no error"
             raise ScriptError(
                 f"{where}: expected tool_errors={str(wanted).lower()}, but the last tool results "
-                f"hold {state}: {_preview(joined)} (the conversation left its script)"
+                f"hold {state}: {_preview(joined)} (the conversation left its script)",
+                tool_error=refused,
             )
     if "user_contains" in expect:
         users = "\n".join(

@@ -210,6 +210,19 @@ def test_expect_not_met_fails_loudly(agent, results, message):
     assert "left its script" in info.value.message
 
 
+def test_a_refusal_that_breaks_an_expectation_is_carried_as_itself():
+    """The tool's error, not the script's words, is what the run ends with (agents.runner)."""
+    refused = '{"error": {"code": "X_ACCESS_DENIED", "message": "not granted (§3.4)"}}'
+    first = play(user(), "clean-agent")
+    messages = [*user(), first.raw_message, *tool_results(first, refused)]
+    with pytest.raises(LLMError) as info:
+        play(messages, "clean-agent")
+    assert info.value.tool_error == {"code": "X_ACCESS_DENIED", "message": "not granted (§3.4)"}
+    with pytest.raises(LLMError) as ran_out:  # the script ends: no tool's error to blame
+        play([*messages, {"role": "assistant", "content": "Sent."}], "clean-agent")
+    assert ran_out.value.tool_error is None and "has no turn 3" in ran_out.value.message
+
+
 def test_expect_looks_only_at_the_results_since_the_last_turn(scripts):
     write(
         scripts,
