@@ -91,6 +91,13 @@ def adapter_args(config, *upstream):
     return ["-m", "mcplets.adapt", str(config), "--", *upstream]
 
 
+def suggested_draft(path, *upstream):
+    """`python -m mcplets.adapt --suggest` for UPSTREAM, written to `path`."""
+    command = [sys.executable, "-m", "mcplets.adapt", "--suggest", "-o", str(path), "--"]
+    subprocess.run([*command, *upstream], cwd=SOURCE_ROOT, check=True, timeout=60)
+    return path
+
+
 @contextlib.asynccontextmanager
 async def adapter_session(config, *upstream, env=None, message_handler=None):
     """A client session to `python -m mcplets.adapt CONFIG -- UPSTREAM...` over stdio."""

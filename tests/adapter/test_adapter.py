@@ -22,7 +22,13 @@ from mcp.shared.exceptions import MCPError
 from mcplets.adapter.config import ConfigError, load_config, parse_config
 from mcplets.adapter.suggest import suggest_tool
 from mcplets.examples.programmable import SOURCE_ROOT, serve_http, stdio_params, write_spec
-from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session, write_config
+from tests.adapter.conftest import (
+    EXAMPLES,
+    adapter_args,
+    adapter_session,
+    suggested_draft,
+    write_config,
+)
 from tests.conftest import Calls
 
 STRICT = {"required": "passkey", "enforcement": "strict", "promptMessage": "Write it?"}
@@ -84,14 +90,7 @@ def test_the_adapter_will_not_start_with_a_bad_configuration(tmp_path, time_bin)
 
 
 def test_suggest_drafts_reads_and_gated_actions(tmp_path, filesystem_bin, shared):
-    draft = tmp_path / "draft.yaml"
-    subprocess.run(
-        [sys.executable, "-m", "mcplets.adapt", "--suggest", "-o", str(draft), "--"]
-        + [filesystem_bin, str(shared)],
-        cwd=SOURCE_ROOT,
-        check=True,
-        timeout=60,
-    )
+    draft = suggested_draft(tmp_path / "draft.yaml", filesystem_bin, str(shared))
     text = draft.read_text()
     assert text.startswith("# A DRAFT")
     tools = yaml.safe_load(text)["tools"]

@@ -4,8 +4,6 @@ its rules; a write is held, approved with a passkey, verified by the adapter wit
 /auth/verify-assertion, and only then reaches the filesystem. What the server did is read from
 the disk."""
 
-import subprocess
-import sys
 import time
 
 import anyio
@@ -16,11 +14,10 @@ from django.core.cache import cache
 from agents.models import Agent
 from held.models import Ceremony
 from mcplet_host import gateway
-from mcplets.examples.programmable import SOURCE_ROOT
 from passkey.challenges import CHALLENGE_TTL
 from pools.discovery import discover
 from pools.models import Mcplet, McpServer, Pool
-from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session
+from tests.adapter.conftest import EXAMPLES, adapter_args, adapter_session, suggested_draft
 from tests.passkey.conftest import configure, post_assertion, sign
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,14 +177,7 @@ def test_a_suggested_draft_reaches_no_agent_until_its_pool_is_granted(
     """`--suggest` drafts every tool in a pool named after the server: registered as it is, the
     host rejects them (no such pool); once the pool exists, only an agent granted it reaches
     the drafted reads — never every agent, as a pool-less draft would let it."""
-    draft = tmp_path / "draft.yaml"
-    subprocess.run(
-        [sys.executable, "-m", "mcplets.adapt", "--suggest", "-o", str(draft), "--"]
-        + [filesystem_bin, str(shared)],
-        cwd=SOURCE_ROOT,
-        check=True,
-        timeout=60,
-    )
+    draft = suggested_draft(tmp_path / "draft.yaml", filesystem_bin, str(shared))
     pools = {contract["pool"] for contract in yaml.safe_load(draft.read_text())["tools"].values()}
     assert pools == {"secure-filesystem-server-pool"}
     server = McpServer.objects.create(
