@@ -255,3 +255,50 @@ def test_a_database_seeded_with_the_old_guessed_port_is_mended_by_migrate():
     mail = McpServer.objects.get(name="restaurant-mail")
     assert set(mail.env) == {"RESTAURANT_API_URL", "MCPLET_VERIFY_TOKEN"}
     assert McpServer.objects.get(name="restaurant-sns").env["MCPLET_VERIFY_URL"] == chosen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deadlock_with_a_concurrent_writer_runs_the_seed_again():
+    """A writer that holds a server's row and then wants the registry's version row (as
+    discovery does) deadlocks with the seed, which holds them in the other order: PostgreSQL
+    ends the seed's transaction, and the seed runs it again once the writer is done."""
+    import threading
+
+    import psycopg
+    from django.db import connection
+
+    seed()
+    first = McpServer.objects.order_by("pk").first()
+    db = connection.settings_dict
+    writer = psycopg.connect(
+        host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]
+    )
+    writer.execute("SET deadlock_timeout = '60s'")  # the seed's check finds the cycle first
+    writer.execute("SELECT 1 FROM pools_mcpserver WHERE id = %s FOR UPDATE", [first.pk])
+
+    def then_want_the_version_row():
+        with psycopg.connect(
+            host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]
+        ) as watch:
+            for _ in range(200):  # until the seed waits for the server's row
+                waiting = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database() AND pid <> %s",
+                    [writer.info.backend_pid],
+                ).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.05)
+        writer.execute("UPDATE mcplet_host_registryversion SET token = token")
+        writer.commit()
+
+    thread = threading.Thread(target=then_want_the_version_row)
+    thread.start()
+    try:
+        out = seed()
+    finally:
+        thread.join(timeout=60)
+        writer.close()
+    assert "deadlock with a concurrent writer: again" in out
+    assert "Reference scenario ready." in out
+    assert McpServer.objects.count() == len(SERVERS)

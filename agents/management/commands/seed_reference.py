@@ -4,10 +4,11 @@ eight MCPlet servers, the three agents with their grants and hand-offs, the Dire
 reference rows back to these values (an agent's `model`, once chosen by an operator, is kept)."""
 
 import os
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from agents.models import Agent
 from mcplets.restaurant import SERVERS, STRICT_MODULES
@@ -188,6 +189,10 @@ cancellation tendency, and draw up measures that lower the cancellation rate."
 依頼先 (targets): {{ targets|join:", " }}"""
 
 
+DEADLOCK = "40P01"  # PostgreSQL's deadlock_detected
+DEADLOCK_ATTEMPTS = 5
+
+
 class Command(BaseCommand):
     help = (
         "Create or update the restaurant reference scenario: pools, the eight MCPlet servers, "
@@ -234,10 +239,24 @@ class Command(BaseCommand):
             raise CommandError(f"--api-url {api_url!r} is not an http(s) URL.")
         if verify_url and not verify_url.startswith(("http://", "https://")):
             raise CommandError(f"--verify-url {verify_url!r} is not an http(s) URL.")
-        with transaction.atomic():
-            pools = self.seed_pools()
-            servers = self.seed_servers(http, http_host, base_port, api_url, verify_url)
-            self.seed_agents(pools, api_url)
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                with transaction.atomic():
+                    pools = self.seed_pools()
+                    servers = self.seed_servers(http, http_host, base_port, api_url, verify_url)
+                    self.seed_agents(pools, api_url)
+                break
+            except OperationalError as exc:
+                # A watcher discovering the same servers meanwhile takes their rows and the
+                # registry's version row (and the audit chain's head) in another order: PostgreSQL
+                # ends one of the two transactions, and the seed, idempotent, runs again.
+                if (
+                    getattr(exc.__cause__, "sqlstate", None) != DEADLOCK
+                    or attempt == DEADLOCK_ATTEMPTS
+                ):
+                    raise
+                self.stdout.write(self.style.WARNING("deadlock with a concurrent writer: again"))
+                time.sleep(0.2 * attempt)
         if discover:
             self.discover(servers)
         self.stdout.write(self.style.SUCCESS("Reference scenario ready."))
