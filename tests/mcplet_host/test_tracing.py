@@ -10,8 +10,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
+from tests.mcplet_host.test_gateway import ASSERTION
 from tests.processes import ROOT, environment
 
 EXPORTED = InMemorySpanExporter()
@@ -137,13 +139,25 @@ def test_a_refusal_and_a_failure_say_why(traced, registry, calls):
 
 
 @pytest.mark.django_db
-def test_a_held_call_keeps_the_span_that_held_it(traced, registry, calls):
+def test_a_held_call_links_to_the_span_that_held_it(traced, registry, calls, admin_user):
+    """The person's wait is no span: what runs the call once approved, in a trace of its own,
+    links to the span that held it."""
     args = {"to": ["sato@example.jp"], "body": "Free dessert tomorrow!"}
     outcome = gateway.call_tool(registry["dispatch"], "send_email", args, "app", "c7")
     assert outcome.status == "pending"
     decision = spans_by_name(traced)["call_tool"]
     assert decision.attributes["mcplet.gateway.outcome"] == "held"
     assert outcome.ceremony.traceparent == traceparent_of(decision.context)
+
+    traced.clear()
+    outcome.ceremony.approve(admin_user, assertion=ASSERTION)
+    lifecycle.resume(outcome.ceremony.pk)
+    spans = spans_by_name(traced)
+    resumed, client = spans["resume_held_call"], spans["tools/call send_email"]
+    assert [link.context.span_id for link in resumed.links] == [decision.context.span_id]
+    assert resumed.context.trace_id != decision.context.trace_id
+    assert client.parent.span_id == resumed.context.span_id
+    assert len(calls("send_email")) == 1
 
 
 @pytest.mark.django_db
