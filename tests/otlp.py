@@ -4,6 +4,7 @@ ExportTraceServiceRequest decoded with the official `opentelemetry-proto`.
     python -m tests.otlp PORT   # a sink that counts the spans it got, for bench runs
 """
 
+import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop, and say how many
     sink = Receiver(int(sys.argv[1]))
     try:
         sink.serve_forever()
