@@ -6,7 +6,11 @@ import sys
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import (
+    TracerProvider,
+    _default_tracer_configurator,
+    _disable_tracer_configurator,
+)
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -59,16 +63,21 @@ def test_off_the_host_loads_no_sdk_and_sets_up_no_provider():
 
 @pytest.fixture
 def traced(monkeypatch, settings):
-    """Tracing on in this process, its spans kept in memory (the global provider is set once
-    per process: the tests that trace share it)."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    """Tracing on in this process, its spans kept in memory. The global provider is set once
+    per process, so it stays; after the test its tracers are disabled (the SDK's tracer
+    configurator, not public yet) and do what the API's no-op does — the MCP SDK's own span
+    must not put a trace of its own in the `_meta` of later tests' calls."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(EXPORTED))
         trace.set_tracer_provider(provider)
+    provider._set_tracer_configurator(tracer_configurator=_default_tracer_configurator)
     monkeypatch.setattr(tracing, "ENABLED", True)
     settings.MCPLET_TRACE_CONTENT = False
     EXPORTED.clear()
     yield EXPORTED
+    provider._set_tracer_configurator(tracer_configurator=_disable_tracer_configurator)
     EXPORTED.clear()
 
 
