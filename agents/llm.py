@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from mcplet_host import tracing
+
 if TYPE_CHECKING:
     from agents.scripted import ScriptError
 
@@ -249,6 +251,25 @@ def complete(
     if api_key:
         kwargs["api_key"] = api_key
 
+    traced = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+    with tracing.span(f"chat {model}", kind="client", attributes=traced) as span:
+        try:
+            reply = _with_retries(kwargs, model, max_retries, backoff, agent_id, sleep)
+        except LLMError as exc:
+            span.fail(exc.kind or "error", str(exc))
+            raise
+        span.set_attributes(
+            {
+                "gen_ai.response.model": reply.model,
+                "gen_ai.usage.input_tokens": reply.usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": reply.usage.completion_tokens,
+            }
+        )
+        return reply
+
+
+def _with_retries(kwargs, model, max_retries, backoff, agent_id, sleep):
+    """litellm's completion, tried again after a transient failure (see `complete`)."""
     attempts = max(0, max_retries) + 1
     for attempt in range(1, attempts + 1):
         try:

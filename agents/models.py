@@ -290,6 +290,12 @@ class AgentRun(models.Model):
         A2AMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="run"
     )
     context_id = models.CharField(max_length=64, db_index=True)
+    otel_trace_id = models.CharField(
+        max_length=32,
+        blank=True,
+        editable=False,
+        help_text="The OpenTelemetry trace the run started in, when the host traces.",
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
     parameters = models.JSONField(default=dict, blank=True)
     transcript = models.JSONField(default=list, blank=True)
@@ -319,6 +325,17 @@ class AgentRun(models.Model):
     @property
     def is_final(self):
         return self.status in self.FINAL
+
+    def traced(self):
+        """Its span's attributes (mcplet_host.tracing): the GenAI semantic conventions' for an
+        agent's run, and the host's own."""
+        return {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self.agent.agent_id,
+            "gen_ai.conversation.id": self.context_id,
+            "mcplet.run.id": str(self.pk),
+            "mcplet.partner": self.authority.partner,
+        }
 
     @property
     def authority(self):

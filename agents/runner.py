@@ -26,7 +26,7 @@ from agents import llm, remote
 from agents.models import AgentRun
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
-from mcplet_host import audit, gateway, metrics, storable
+from mcplet_host import audit, gateway, metrics, storable, tracing
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ def start(request, agent):
             "agent": agent,
             "provenance": request.provenance,
             "context_id": str(request.context_id),
+            "otel_trace_id": tracing.trace_id(tracing.traceparent()),
             "parameters": request.parameters,
             "transcript": [] if agent.kind == agent.Kind.REMOTE else _opening(agent, request),
         },
@@ -73,20 +74,18 @@ def advance(run_id):
     while AgentRun.claim(run_id, owner):  # else finished, waiting, or another worker holds it
         # Read once the lease is ours: whatever the worker before us saved is in it.
         run = AgentRun.objects.select_related("agent", "request").get(pk=run_id)
-        try:
-            if run.agent.kind == run.agent.Kind.REMOTE:
-                status, outcome = remote.RemoteCall(run).outcome()
-                finish(run, status, **outcome)
-            elif run.agent.handler:
-                import_string(run.agent.handler)(run).advance()
-            else:
-                Loop(run).advance()
-        except Exception as exc:  # the run must end with a response, whatever broke
-            log.exception("run %s failed", run.pk)
-            finish(run, AgentRun.Status.ERROR, error={"message": f"{type(exc).__name__}: {exc}"})
-        finally:
-            if not run.is_final:  # an ended run's lease went with its last commit (finish)
-                run.release(owner)
+        with tracing.span(f"invoke_agent {run.agent.agent_id}", attributes=run.traced) as span:
+            try:
+                _advance(run)
+            except Exception as exc:  # the run must end with a response, whatever broke
+                log.exception("run %s failed", run.pk)
+                span.fail(type(exc).__qualname__, str(exc))
+                error = {"message": f"{type(exc).__name__}: {exc}"}
+                finish(run, AgentRun.Status.ERROR, error=error)
+            finally:
+                if not run.is_final:  # an ended run's lease went with its last commit (finish)
+                    run.release(owner)
+            span.set_attribute("mcplet.run.status", run.status)
         # An approval that landed after this worker left the run waiting, and before it let go
         # of the lease, set the run running again but could not claim it: take it up here.
         if not (
@@ -96,6 +95,16 @@ def advance(run_id):
             return
 
 
+def _advance(run):
+    if run.agent.kind == run.agent.Kind.REMOTE:
+        status, outcome = remote.RemoteCall(run).outcome()
+        finish(run, status, **outcome)
+    elif run.agent.handler:
+        import_string(run.agent.handler)(run).advance()
+    else:
+        Loop(run).advance()
+
+
 def resume(ceremony_id, ref):
     """The continuation of a held call or result: record its outcome, then advance the run."""
     run_id, _, key = ref.partition(":")
@@ -103,11 +112,13 @@ def resume(ceremony_id, ref):
     ceremony = Ceremony.objects.get(pk=ceremony_id)
     if run is None or run.is_final:
         return
-    if AgentRun.objects.filter(pk=run.pk, status=AgentRun.Status.AWAITING_APPROVAL).update(
-        status=AgentRun.Status.RUNNING, waiting_for=None
-    ):
-        log.info("run %s resumes after %s (%s)", run.pk, key, ceremony.status)
-    advance(run.pk)
+    # A person's wait is a link to the span that held the call, never a span hours long.
+    with tracing.span("resume_run", attributes=run.traced, links_to=[ceremony.traceparent]):
+        if AgentRun.objects.filter(pk=run.pk, status=AgentRun.Status.AWAITING_APPROVAL).update(
+            status=AgentRun.Status.RUNNING, waiting_for=None
+        ):
+            log.info("run %s resumes after %s (%s)", run.pk, key, ceremony.status)
+        advance(run.pk)
 
 
 class Loop:

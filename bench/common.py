@@ -62,6 +62,9 @@ def setup_django(workdir=None, flush=()):
     import django
 
     django.setup()
+    from mcplet_host import tracing
+
+    tracing.setup()  # as a worker does, if OTEL_* asks for traces (docs/tracing.md)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 

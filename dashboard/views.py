@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import Agent, AgentRun
 from dashboard import controls, queries, trace
+from mcplet_host import tracing
 from pools.models import Mcplet, McpServer
 
 CSP = (
@@ -148,13 +149,19 @@ def run_trace(request, context_id):
     found = trace.build(context_id)
     if found is None:
         raise Http404("No run, message or audit event has this contextId.")
+    runs = queries.context_runs(context_id)
     return render(
         request,
         "dashboard/trace.html",
         {
             "nav": "runs",
             "trace": found,
-            "runs": queries.context_runs(context_id),
+            "runs": runs,
+            # The OpenTelemetry traces its runs started in, linked to the operator's viewer.
+            "otel_traces": [
+                (trace_id, tracing.trace_url(trace_id))
+                for trace_id in dict.fromkeys(r.otel_trace_id for r in runs if r.otel_trace_id)
+            ],
             "unknown_outcomes": queries.unknown_outcomes(context_id),
         },
     )

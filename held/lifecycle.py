@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from held.kinds import step_up
 from held.models import Ceremony, arguments_hash
-from mcplet_host import audit
+from mcplet_host import audit, tracing
 from mcplet_host.gateway.checks import Refusal, agents, check
 from mcplet_host.gateway.envelopes import error_envelope, failure
 from mcplet_host.gateway.execute import OUTCOME_UNKNOWN, Answer, execute
@@ -24,6 +24,15 @@ from mcplets import ErrorCode
 def resume(ceremony_id):
     """Run (or refuse) a decided call exactly once, then tell its continuation. Safe to call
     any number of times, from any worker: only the first call after the decision acts."""
+    if not tracing.ENABLED:
+        return _resume(ceremony_id)
+    held_by = Ceremony.objects.filter(pk=ceremony_id).values_list("traceparent", flat=True)
+    # Linked to the span that held it: the person's wait is a link, not a span.
+    with tracing.span("resume_held_call", links_to=list(held_by)):
+        return _resume(ceremony_id)
+
+
+def _resume(ceremony_id):
     with transaction.atomic():
         ceremony = Ceremony.objects.select_for_update().get(pk=ceremony_id)
         if ceremony.status in Ceremony.DECLINED and ceremony.result is None:

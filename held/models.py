@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from mcplet_host import audit, metrics
+from mcplet_host import audit, metrics, tracing
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey.assertions import EXPIRED, NOT_PENDING, Refused
@@ -211,6 +211,13 @@ class Ceremony(models.Model):
         help_text="What the retry of an MCP input_required round carries: the answers by "
         "key and the server's requestState.",
     )
+    traceparent = models.CharField(
+        max_length=55,
+        blank=True,
+        editable=False,
+        help_text="The W3C traceparent of the span that held the call, when the host traces: "
+        "what runs it once decided links to it (docs/tracing.md).",
+    )
     rerun_of = models.ForeignKey(
         "self",
         null=True,
@@ -245,6 +252,7 @@ class Ceremony(models.Model):
         call.setdefault("expires_at", timezone.now() + ttl)
         return cls.objects.create(
             kind=kind,
+            traceparent=tracing.traceparent(),
             token=secrets.token_urlsafe(24),
             nonce=secrets.token_hex(32),
             **asker.row(),

@@ -5,7 +5,11 @@ import time
 
 from django.core.asgi import get_asgi_application
 
+from mcplet_host import tracing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
+# Each web process (and runhost) traces, if asked, before Django loads its middleware.
+tracing.setup()
 django_asgi_app = get_asgi_application()
 
 # Imported once Django is set up (they load models).

@@ -5,6 +5,8 @@ from contextlib import contextmanager
 
 from celery import Celery, concurrency, signals
 
+from mcplet_host import tracing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 
 app = Celery("mcplet_host")
@@ -43,6 +45,19 @@ def load_the_mcp_sdk(sender, **kwargs):
     if "prefork" in concurrency.get_implementation(sender.pool_cls).__module__:
         # Once, before the children fork: they start with it loaded, sharing its memory.
         _load_the_llm_client()
+
+
+@signals.worker_init.connect
+def trace_a_worker(sender, **kwargs):
+    """A worker of threads traces in its own process; a prefork parent runs no task, and its
+    children set up their own provider (an exporter's thread does not survive a fork)."""
+    if "prefork" not in concurrency.get_implementation(sender.pool_cls).__module__:
+        tracing.setup()
+
+
+@signals.worker_process_init.connect
+def trace_a_child(**kwargs):
+    tracing.setup()
 
 
 @signals.worker_init.connect

@@ -217,6 +217,11 @@ MCPLET_WEB_PROCESSES = env_int("MCPLET_WEB_PROCESSES", 2, minimum=1)
 # The bearer token Prometheus sends to /metrics; unset, the endpoint is off (404). With
 # PROMETHEUS_MULTIPROC_DIR, one scrape shows every process counting there (docs/metrics.md).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# Traces are configured by the standard OTEL_* variables (docs/tracing.md). Tool arguments and
+# results go into spans only if the operator opts in: they may carry what must not leave.
+MCPLET_TRACE_CONTENT = env_bool("MCPLET_TRACE_CONTENT", False)
+# The dashboard links a run's trace id here ("{trace_id}" is replaced), e.g. Jaeger's page.
+MCPLET_TRACE_URL = env_str("MCPLET_TRACE_URL", "")
 PASSKEY_MODE = env_choice("PASSKEY_MODE", ("https", "localhost"), "localhost")
 PASSKEY_RP_ID = env_str("PASSKEY_RP_ID", "localhost")
 PASSKEY_ORIGIN = env_url("PASSKEY_ORIGIN", ("http", "https"), f"http://localhost:{MCPLET_PORT}")

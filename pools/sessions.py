@@ -8,17 +8,35 @@ fails is dropped and reopened by the next call.
 import asyncio
 import os
 import threading
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 
 from django.db import connections
 from django.utils import timezone
 
+from mcplet_host import tracing
 from mcplet_host.celery import enqueue
 from pools.mcp_client import OutcomeUnknown, describe, open_session
 from pools.oauth import tokens
 
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
 ELICITATION_COMPLETE_TASK = "mcplet_host.elicitation_complete"
+
+
+@contextmanager
+def _continuing(meta):
+    """Run on this loop, a call has lost its caller's trace context: it continues the trace its
+    `_meta.traceparent` names, so the SDK's own client span (and the traceparent it writes in
+    its place) is the gateway's span's child."""
+    if not tracing.ENABLED or not (meta or {}).get("traceparent"):
+        yield
+        return
+    from opentelemetry import context, propagate
+
+    token = context.attach(propagate.extract({"traceparent": meta["traceparent"]}))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _tell(args):
@@ -216,18 +234,19 @@ class SessionPool:
         read_timeout = timeout + (asker.wait if asker is not None else 0)
         # From here the request may have left: whatever breaks, its outcome is unknown.
         try:
-            return await call.run(
-                client.session.call_tool(
-                    name,
-                    arguments,
-                    read_timeout_seconds=read_timeout,
-                    meta=meta,
-                    input_responses=reply.get("inputResponses"),
-                    request_state=reply.get("requestState"),
-                    allow_input_required=True,
-                ),
-                timeout,
-            )
+            with _continuing(meta):
+                return await call.run(
+                    client.session.call_tool(
+                        name,
+                        arguments,
+                        read_timeout_seconds=read_timeout,
+                        meta=meta,
+                        input_responses=reply.get("inputResponses"),
+                        request_state=reply.get("requestState"),
+                        allow_input_required=True,
+                    ),
+                    timeout,
+                )
         except TimeoutError:
             raise OutcomeUnknown(
                 f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from held.kinds import step_up, tool_call
 from held.models import Asker, Ceremony
-from mcplet_host import audit, metrics, storable
+from mcplet_host import audit, metrics, storable, tracing
 from mcplet_host.authority import HOST
 from mcplet_host.gateway.checks import SURFACES, Refusal, check
 from mcplet_host.gateway.envelopes import error_envelope
@@ -19,6 +19,8 @@ from mcplet_host.gateway.execute import execute_with_retries
 from pools.models import Mcplet
 
 __all__ = ["SURFACES", "Outcome", "call_tool", "tools_for"]
+
+TRACED_OUTCOMES = {"executed": "executed", "refused": "refused", "pending": "held"}
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Outcome:
     status: str
     envelope: dict | None = None
     ceremony: Ceremony | None = None
+    rule: str = ""  # the check a refused call broke
 
     @property
     def is_error(self):
@@ -79,11 +82,22 @@ def call_tool(
         continuation,
         continuation_ref,
     )
+    attributes = {"gen_ai.tool.name": str(tool), "mcplet.agent": agent.agent_id}
+    with tracing.span("call_tool", attributes=attributes) as span:
+        outcome = _call_tool(agent, tool, arguments, asker)
+        # The gateway's decision: executed, refused (by which rule) or held for a person.
+        span.set_attribute("mcplet.gateway.outcome", TRACED_OUTCOMES[outcome.status])
+        if outcome.rule:
+            span.set_attribute("mcplet.gateway.rule", outcome.rule)
+        return outcome
+
+
+def _call_tool(agent, tool, arguments, asker):
     try:
-        mcplet = check(tool, arguments, agent, authority, surface)
+        mcplet = check(tool, arguments, agent, asker.authority, asker.surface)
     except Refusal as refusal:
         return _refused(refusal, tool, asker)
-    if mcplet.needs_approval or (surface == "app" and proposed_by_model):
+    if mcplet.needs_approval or (asker.surface == "app" and asker.proposed_by_model):
         metrics.tool_called(mcplet, "held")
         return Outcome("pending", ceremony=tool_call.hold(mcplet, arguments, asker))
     answer = execute_with_retries(mcplet, arguments, asker, asker.call_details())
@@ -110,6 +124,5 @@ def _refused(refusal, tool, asker):
     )
     metrics.refused(refusal.rule, found)
     tool_id = storable.printable(str(tool))
-    return Outcome(
-        "refused", error_envelope(refusal.code, refusal.message, tool_id, found, **hints)
-    )
+    envelope = error_envelope(refusal.code, refusal.message, tool_id, found, **hints)
+    return Outcome("refused", envelope, rule=refusal.rule)

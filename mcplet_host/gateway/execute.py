@@ -4,6 +4,7 @@ server's own hints allow."""
 
 import hashlib
 import itertools
+import json
 import secrets
 import time
 import uuid
@@ -12,7 +13,7 @@ from typing import NamedTuple
 from django.conf import settings
 
 from held.kinds.form import FormAsker
-from mcplet_host import audit, metrics
+from mcplet_host import audit, metrics, tracing
 from mcplet_host.gateway import rounds
 from mcplet_host.gateway.envelopes import (
     envelope_of,
@@ -40,8 +41,11 @@ class Answer(NamedTuple):
 
 
 def trace_context(trace):
-    """`_meta.traceparent` (W3C Trace Context, as MCP 2026-07-28 carries it): the call's trace
-    is the host's trace id — a workflow's context id is a UUID, whose 32 hex digits it is."""
+    """`_meta.traceparent` (W3C Trace Context, as MCP 2026-07-28 carries it): the current span's
+    when the host traces (docs/tracing.md); else the call's trace is the host's trace id — a
+    workflow's context id is a UUID, whose 32 hex digits it is."""
+    if parent := tracing.traceparent():
+        return {"traceparent": parent}
     try:
         trace_id = uuid.UUID(trace).hex
     except (ValueError, TypeError, AttributeError):
@@ -71,54 +75,15 @@ def execute(mcplet, arguments, asker, details, meta=None, reply=None):
             retryable=False,
         )
     else:
-        from mcp.shared.exceptions import MCPError  # the MCP SDK loads at the first call
-
-        try:
-            result = sessions.call_tool(
-                ServerConfig.of(mcplet.server),
-                mcplet.name,
-                arguments,
-                meta={**(meta or {}), **trace_context(trace)},
-                timeout=settings.MCPLET_TOOL_TIMEOUT,
-                asker=FormAsker(mcplet, arguments, asker),
-                reply=reply,
-            )
-        except OutcomeUnknown as exc:
-            held = meta is not None
-            envelope = error_envelope(
-                OUTCOME_UNKNOWN,
-                f"{exc}: the request was sent to the MCP server at {mcplet.server.endpoint} and no "
-                "answer came, so it may have run. "
-                + (
-                    "The host will not send it again: check before running it again (a re-run "
-                    "reuses this call's idempotency key)."
-                    if held
-                    else "Check before calling it again."
-                ),
-                mcplet.name,
-                mcplet,
-                # Only a read is safe to try again (§5: side-effect free, idempotent).
-                retryable=not held and mcplet.mcplet_type == Mcplet.Type.READ,
-            )
-        except ServerUnreachable as exc:
-            where = mcplet.server.endpoint  # HTTP failures already name their URL
-            envelope = error_envelope(
-                ErrorCode.SERVICE_UNAVAILABLE,
-                str(exc) if where in str(exc) else f"{exc} (the MCP server at {where})",
-                mcplet.name,
-                mcplet,
-                retryable=True,
-                retry_after_ms=5000,
-            )
-        except MCPError as exc:
-            told = server_hints(exc.data) if isinstance(exc.data, dict) else {}
-            envelope = jsonrpc_error(mcplet, exc, told)
-        else:
-            if getattr(result, "result_type", "") == "input_required":
-                envelope, asked = rounds.read(mcplet, result)
-            else:
-                envelope = envelope_of(mcplet, result)
-            told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
+        with tracing.span(
+            f"tools/call {mcplet.name}", kind="client", attributes=_call_attributes(mcplet)
+        ) as span:
+            envelope, told, asked = _call(mcplet, arguments, asker, meta, reply, trace)
+            if "error" in envelope:
+                span.fail(envelope["error"].get("code", "error"))
+            if tracing.content_recorded():
+                span.set_attribute("gen_ai.tool.call.arguments", json.dumps(arguments, default=str))
+                span.set_attribute("gen_ai.tool.call.result", json.dumps(envelope, default=str))
     failed = "error" in envelope
     if mcplet.server.enabled:  # a tools/call was sent
         code = envelope["error"].get("code", "") if failed else ""
@@ -140,6 +105,70 @@ def execute(mcplet, arguments, asker, details, meta=None, reply=None):
         },
     )
     return Answer(envelope, told, asked)
+
+
+def _call_attributes(mcplet):
+    """The OpenTelemetry MCP semantic conventions' attributes of a client's tools/call."""
+    return {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": mcplet.name,
+        "mcplet.server": mcplet.server.name,
+    }
+
+
+def _call(mcplet, arguments, asker, meta, reply, trace):
+    """The tools/call itself: (envelope, the server's hints, what it asks of a person)."""
+    from mcp.shared.exceptions import MCPError  # the MCP SDK loads at the first call
+
+    told, asked = {}, None
+    try:
+        result = sessions.call_tool(
+            ServerConfig.of(mcplet.server),
+            mcplet.name,
+            arguments,
+            meta={**(meta or {}), **trace_context(trace)},
+            timeout=settings.MCPLET_TOOL_TIMEOUT,
+            asker=FormAsker(mcplet, arguments, asker),
+            reply=reply,
+        )
+    except OutcomeUnknown as exc:
+        held = meta is not None
+        envelope = error_envelope(
+            OUTCOME_UNKNOWN,
+            f"{exc}: the request was sent to the MCP server at {mcplet.server.endpoint} and no "
+            "answer came, so it may have run. "
+            + (
+                "The host will not send it again: check before running it again (a re-run "
+                "reuses this call's idempotency key)."
+                if held
+                else "Check before calling it again."
+            ),
+            mcplet.name,
+            mcplet,
+            # Only a read is safe to try again (§5: side-effect free, idempotent).
+            retryable=not held and mcplet.mcplet_type == Mcplet.Type.READ,
+        )
+    except ServerUnreachable as exc:
+        where = mcplet.server.endpoint  # HTTP failures already name their URL
+        envelope = error_envelope(
+            ErrorCode.SERVICE_UNAVAILABLE,
+            str(exc) if where in str(exc) else f"{exc} (the MCP server at {where})",
+            mcplet.name,
+            mcplet,
+            retryable=True,
+            retry_after_ms=5000,
+        )
+    except MCPError as exc:
+        told = server_hints(exc.data) if isinstance(exc.data, dict) else {}
+        envelope = jsonrpc_error(mcplet, exc, told)
+    else:
+        if getattr(result, "result_type", "") == "input_required":
+            envelope, asked = rounds.read(mcplet, result)
+        else:
+            envelope = envelope_of(mcplet, result)
+        told = {k: v for k, v in envelope.get("error", {}).items() if k in RECOVERY_FIELDS}
+    return envelope, told, asked
 
 
 def _retry_wait(mcplet, told, attempt):

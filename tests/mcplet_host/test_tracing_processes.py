@@ -1,0 +1,145 @@
+"""One connected trace across real processes (docs/tracing.md): a partner's task, sent with its
+own W3C traceparent to `manage.py serve`'s web processes, runs on a Celery worker whose agent
+calls an MCP tool — and an OTLP/HTTP receiver here, decoding the protobufs with the official
+`opentelemetry-proto`, gets every span of it in the partner's trace, each with its right parent,
+the MCP call's by the MCP semantic conventions, and no argument value."""
+
+import secrets
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from a2a import messages
+from a2a.models import PartnerKey
+from agents.models import AgentRun
+from tests.otlp import Receiver, value
+from tests.processes import (
+    ROOT,
+    celery_worker,
+    environment,
+    free_port,
+    script,  # noqa: F401 (a fixture)
+    scripts,  # noqa: F401 (a fixture)
+    stop,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def receiver():
+    server = Receiver(free_port())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture
+def host(tmp_path, scripts, receiver):  # noqa: F811
+    """`serve` with two web processes and a worker, both exporting to the receiver."""
+    port = free_port()
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "MCPLET_SCRIPT_DIRS": str(scripts),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: the spans reach the receiver soon after
+    }
+    log = (tmp_path / "serve.log").open("w")
+    web = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--processes", "2"],
+        cwd=ROOT,
+        env=environment(**env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with celery_worker(tmp_path / "worker.log", **env):
+            wait_until(
+                lambda: (tmp_path / "serve.log").read_text().count("Started server process") == 2,
+                "the web processes to start",
+                web,
+            )
+            yield f"http://localhost:{port}"
+    except BaseException:
+        for name in ("serve.log", "worker.log"):
+            print(name, (tmp_path / name).read_text()[-3000:])
+        raise
+    finally:
+        stop(web)
+
+
+def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_call(
+    host,
+    receiver,
+    registry,
+    script,  # noqa: F811
+    calls,
+):
+    partner, info = registry["partner"], registry["info"]
+    partner.callable_agents.set([info])
+    partner.accessible_pools.set([registry["info-pool"]])
+    info.model = script(
+        {
+            "info-gathering-agent": [
+                {"tool_calls": [{"name": "query_crm", "arguments": {"filter": "rain"}}]},
+                {"json": {"analysis": "rain tomorrow"}},
+            ]
+        }
+    )
+    info.save()
+    _, key = PartnerKey.issue(partner, "traces")
+    trace_id, partner_span = secrets.token_hex(16), secrets.token_hex(8)
+    headers = {"Authorization": f"Bearer {key}", "traceparent": f"00-{trace_id}-{partner_span}-01"}
+    body = messages.task_request("partner-bot", "info-gathering-agent", {"store": "shinjuku"})
+    answer = httpx.post(f"{host}/a2a/tasks", json=body, headers=headers, timeout=60)
+    assert answer.status_code in (200, 202), answer.text
+    wait_until(lambda: AgentRun.objects.filter(status="success").exists(), "the run to end")
+
+    def arrived():
+        kinds = {(s.name, s.kind) for _, s in receiver.trace(trace_id).values()}
+        server = any(kind == Span.SPAN_KIND_SERVER for _, kind in kinds)
+        return server and ("run/agents.deliver", Span.SPAN_KIND_CONSUMER) in kinds
+
+    wait_until(arrived, "the web's and the worker's spans", timeout=30)
+    spans = receiver.trace(trace_id)
+    by_name = {s.name: s for _, s in spans.values()}
+
+    def parent(span):
+        return spans[span.parent_span_id.hex()][1]
+
+    # The web accepted the partner's context: its server span is the partner span's child.
+    (web,) = [s for _, s in spans.values() if s.kind == Span.SPAN_KIND_SERVER]
+    assert web.parent_span_id.hex() == partner_span
+    # The Celery hop: the worker's task is the child of the web's publish.
+    run_task = by_name["run/agents.deliver"]
+    assert parent(run_task).name == "apply_async/agents.deliver"
+    above = parent(run_task)
+    while above.span_id != web.span_id:  # the publish happened inside the partner's request
+        above = parent(above)
+    # The agent's run, its LLM turn, the gateway's decision and the MCP call.
+    agent = by_name["invoke_agent info-gathering-agent"]
+    decision = by_name["call_tool"]
+    client = by_name["tools/call query_crm"]
+    assert parent(agent).span_id == run_task.span_id
+    chats = [s for _, s in spans.values() if s.name.startswith("chat ")]
+    assert len(chats) == 2 and all(parent(c).span_id == agent.span_id for c in chats)
+    assert parent(decision).span_id == agent.span_id
+    assert parent(client).span_id == decision.span_id
+    assert client.kind == Span.SPAN_KIND_CLIENT
+    attributes = {a.key: value(a.value) for a in client.attributes}
+    assert attributes["mcp.method.name"] == "tools/call"
+    assert attributes["gen_ai.operation.name"] == "execute_tool"
+    assert attributes["gen_ai.tool.name"] == "query_crm"
+    assert "error.type" not in attributes
+    # The MCP server got the trace in `_meta`, as a span of it.
+    sent = calls("query_crm")[0]["meta"]["traceparent"].split("-")
+    assert sent[1] == trace_id and sent[2] in spans
+    # Every process is the host's service; no argument value anywhere.
+    assert {r["service.name"] for r, _ in spans.values()} == {"mcplet-host"}
+    everything = [str(value(a.value)) for _, s in spans.values() for a in s.attributes]
+    assert not any("rain" in v for v in everything)
