@@ -70,7 +70,8 @@ screenshots: $(INSTALLED) chromium
 	  $$SUDO apt-get install -y -qq fonts-noto-cjk; }
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mcplet_host} \
 	REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} SECRET_KEY=$${SECRET_KEY:-insecure-test-key} \
-	MCPLET_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/e2e/test_reference_browser.py
+	MCPLET_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/e2e/test_reference_browser.py \
+	  tests/mcplet_host/test_metrics_prometheus.py tests/mcplet_host/test_tracing_processes.py
 
 # Mutation testing of the enforcement modules (cosmic-ray; slow, never in CI): prints each
 # target's killed/survived counts and the survivors' diffs. `make mutants TARGETS=audit` for one

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -19,11 +20,13 @@ import yaml
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
+from playwright.sync_api import expect
 
 from a2a import messages
 from a2a.models import PartnerKey
 from agents.models import AgentRun
 from held.models import Ceremony
+from tests.browser import screenshot
 from tests.processes import (
     ROOT,
     celery_worker,
@@ -163,7 +166,7 @@ def admin_reject(web, ceremony):
         assert done.status_code == 302, done.text[-2000:]
 
 
-def test_prometheus_scrapes_the_web_and_worker_figures(host, registry, script, calls):  # noqa: F811
+def test_prometheus_scrapes_the_web_and_worker_figures(host, registry, script, calls, page):  # noqa: F811
     web, prometheus = host
     partner = registry["partner"]
     partner.callable_agents.set([registry["info"], registry["dispatch"]])
@@ -273,6 +276,12 @@ def test_prometheus_scrapes_the_web_and_worker_figures(host, registry, script, c
         'mcplet_audit_events_total{event_type="TOOL_EXECUTED"}',
         [({"event_type": "TOOL_EXECUTED"}, 2)],
     )
+
+    # What an operator sees in Prometheus's own page (the README's picture of the metrics).
+    graph = "sum by (tool, outcome) (mcplet_tool_calls_total)"
+    page.goto(f"{prometheus}/graph?g0.expr={quote(graph)}&g0.tab=1&g0.range_input=5m")
+    expect(page.get_by_text('tool="query_crm"').first).to_be_visible()
+    screenshot(page, "metrics-prometheus")
 
     # The Grafana dashboard's queries are ones this Prometheus accepts.
     dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())

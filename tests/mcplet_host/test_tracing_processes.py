@@ -12,10 +12,12 @@ import threading
 import httpx
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from playwright.sync_api import expect
 
 from a2a import messages
 from a2a.models import PartnerKey
 from agents.models import AgentRun
+from tests.browser import screenshot, use_session
 from tests.otlp import Receiver, value
 from tests.processes import (
     ROOT,
@@ -27,6 +29,8 @@ from tests.processes import (
     stop,
     wait_until,
 )
+
+TRACE_URL = "https://traces.example/trace/{trace_id}"
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -48,6 +52,7 @@ def host(tmp_path, scripts, receiver):  # noqa: F811
         "MCPLET_SCRIPT_DIRS": str(scripts),
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: the spans reach the receiver soon after
+        "MCPLET_TRACE_URL": TRACE_URL,
     }
     log = (tmp_path / "serve.log").open("w")
     web = subprocess.Popen(
@@ -79,6 +84,8 @@ def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_
     registry,
     script,  # noqa: F811
     calls,
+    page,
+    admin_user,
 ):
     partner, info = registry["partner"], registry["info"]
     partner.callable_agents.set([info])
@@ -143,3 +150,12 @@ def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_
     assert {r["service.name"] for r, _ in spans.values()} == {"mcplet-host"}
     everything = [str(value(a.value)) for _, s in spans.values() for a in s.attributes]
     assert not any("rain" in v for v in everything)
+
+    # The run's page on the dashboard names the trace and links to it (the README's picture).
+    run = AgentRun.objects.get(status="success")
+    use_session(page, host, admin_user)
+    page.goto(f"{host}/dashboard/runs/{run.context_id}/")
+    link = page.locator(".otel-trace a")
+    expect(link).to_have_text(trace_id)
+    assert link.get_attribute("href") == TRACE_URL.format(trace_id=trace_id)
+    screenshot(page, "dashboard-trace-otel")
