@@ -121,3 +121,35 @@ def script(scripts, settings):
         return f"scripted/{name}"
 
     return write
+
+
+@contextmanager
+def serve_with_worker(folder, env, processes=2, logs=(), port=None):
+    """`manage.py serve --processes N` and a Celery worker, both with `env`, on the test
+    database; yields the web's URL once every web process started. On a failure the ends of
+    their logs (and of `logs`, other files in `folder`) are printed."""
+    port = port or free_port()
+    log = (folder / "serve.log").open("w")
+    web = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--processes", str(processes)],
+        cwd=ROOT,
+        env=environment(**env),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with celery_worker(folder / "worker.log", **env):
+            wait_until(
+                lambda: (
+                    (folder / "serve.log").read_text().count("Started server process") == processes
+                ),
+                "the web processes to start",
+                web,
+            )
+            yield f"http://localhost:{port}"
+    except BaseException:
+        for name in ("serve.log", "worker.log", *logs):
+            print(name, (folder / name).read_text()[-3000:])
+        raise
+    finally:
+        stop(web)

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from urllib.parse import quote
 
@@ -29,11 +28,10 @@ from held.models import Ceremony
 from tests.browser import screenshot
 from tests.processes import (
     ROOT,
-    celery_worker,
-    environment,
     free_port,
     script,  # noqa: F401 (a fixture)
     scripts,  # noqa: F401 (a fixture)
+    serve_with_worker,
     stop,
     wait_until,
 )
@@ -115,33 +113,15 @@ def host(tmp_path, scripts):  # noqa: F811
         "MCPLET_SCRIPT_DIRS": str(scripts),
     }
     prometheus, prometheus_url = start_prometheus(tmp_path, f"127.0.0.1:{port}")
-    log = (tmp_path / "serve.log").open("w")
-    web = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--processes", "2"],
-        cwd=ROOT,
-        env=environment(**env),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        with celery_worker(tmp_path / "worker.log", **env):
-            wait_until(
-                lambda: (tmp_path / "serve.log").read_text().count("Started server process") == 2,
-                "the web processes to start",
-                web,
-            )
+        with serve_with_worker(tmp_path, env, port=port, logs=["prometheus.log"]) as web:
             wait_until(
                 lambda: query(prometheus_url, "up") == {(): 1.0},
                 "Prometheus to scrape the web",
                 prometheus,
             )
-            yield f"http://localhost:{port}", prometheus_url
-    except BaseException:
-        for name in ("serve.log", "worker.log", "prometheus.log"):
-            print(name, (tmp_path / name).read_text()[-3000:])
-        raise
+            yield web, prometheus_url
     finally:
-        stop(web)
         stop(prometheus)
 
 

@@ -5,8 +5,6 @@ calls an MCP tool — and an OTLP/HTTP receiver here, decoding the protobufs wit
 the MCP call's by the MCP semantic conventions, and no argument value."""
 
 import secrets
-import subprocess
-import sys
 import threading
 
 import httpx
@@ -20,13 +18,10 @@ from agents.models import AgentRun
 from tests.browser import screenshot, use_session
 from tests.otlp import Receiver, value
 from tests.processes import (
-    ROOT,
-    celery_worker,
-    environment,
     free_port,
     script,  # noqa: F401 (a fixture)
     scripts,  # noqa: F401 (a fixture)
-    stop,
+    serve_with_worker,
     wait_until,
 )
 
@@ -46,7 +41,6 @@ def receiver():
 @pytest.fixture
 def host(tmp_path, scripts, receiver):  # noqa: F811
     """`serve` with two web processes and a worker, both exporting to the receiver."""
-    port = free_port()
     env = {
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "MCPLET_SCRIPT_DIRS": str(scripts),
@@ -54,28 +48,8 @@ def host(tmp_path, scripts, receiver):  # noqa: F811
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: the spans reach the receiver soon after
         "MCPLET_TRACE_URL": TRACE_URL,
     }
-    log = (tmp_path / "serve.log").open("w")
-    web = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--port", str(port), "--processes", "2"],
-        cwd=ROOT,
-        env=environment(**env),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        with celery_worker(tmp_path / "worker.log", **env):
-            wait_until(
-                lambda: (tmp_path / "serve.log").read_text().count("Started server process") == 2,
-                "the web processes to start",
-                web,
-            )
-            yield f"http://localhost:{port}"
-    except BaseException:
-        for name in ("serve.log", "worker.log"):
-            print(name, (tmp_path / name).read_text()[-3000:])
-        raise
-    finally:
-        stop(web)
+    with serve_with_worker(tmp_path, env) as web:
+        yield web
 
 
 def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_call(
