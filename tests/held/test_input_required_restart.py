@@ -93,7 +93,11 @@ def test_a_form_waits_through_a_restart_of_every_host_process(
     worker = processes.celery_worker(tmp_path / "worker-2.log", "second", **scripts)
     with web as base, worker:
         answer_over_http(base, approver, held, answer)
-        processes.wait_until(lambda: AgentRun.objects.get(pk=run.pk).is_final, "the run to end")
+        # A new worker warms up (the LLM client, the servers' sessions) before it takes the
+        # retry: on a loaded 2-core machine that alone has taken most of a minute.
+        processes.wait_until(
+            lambda: AgentRun.objects.get(pk=run.pk).is_final, "the run to end", timeout=150
+        )
 
     run.refresh_from_db()
     held.refresh_from_db()
