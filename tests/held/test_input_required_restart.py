@@ -94,7 +94,7 @@ def test_a_form_waits_through_a_restart_of_every_host_process(
     with web as base, worker:
         answer_over_http(base, approver, held, answer)
         # A new worker warms up (the LLM client, the servers' sessions) before it takes the
-        # retry: on a loaded 2-core machine that alone has taken most of a minute.
+        # retry: under the whole suite's load on 2 cores this wait once passed a minute.
         processes.wait_until(
             lambda: AgentRun.objects.get(pk=run.pk).is_final, "the run to end", timeout=150
         )
