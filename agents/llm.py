@@ -148,6 +148,16 @@ def tool_spec(name: str, description: str | None, input_schema: Mapping | None) 
     }
 
 
+def schema_tokens(specs: list[dict]) -> int:
+    """Tokens the tool list `specs` adds to a prompt, by litellm's counter (its default
+    tokenizer: a figure to compare, not a bill)."""
+    if not specs:
+        return 0
+    return _litellm().token_counter(messages=[{"role": "user", "content": ""}], tools=specs) - (
+        _litellm().token_counter(messages=[{"role": "user", "content": ""}])
+    )
+
+
 def default_model() -> str:
     return getattr(settings, "MCPLET_LLM_MODEL", "") or DEFAULT_MODEL
 

@@ -93,6 +93,28 @@ class Agent(models.Model):
         default=60000, help_text="Tokens (prompt + completion) before the run stops."
     )
 
+    class ToolMode(models.TextChoices):
+        """MGP §16.3's context levels: which tool schemas each LLM turn carries."""
+
+        AUTO = "auto", "automatic (all tools; hybrid past the host's threshold)"
+        ALL = "all", "all tools in context (L0)"
+        DISCOVERY = "discovery", "discovery only (L2)"
+        HYBRID = "hybrid", "pinned tools and discovery (L3)"
+
+    tool_mode = models.CharField(
+        max_length=16,
+        choices=ToolMode.choices,
+        default=ToolMode.AUTO,
+        help_text="Discovery gives the model the mgp.tools.discover and mgp.tools.request "
+        "meta-tools instead of every schema; they search only the tools this agent may call.",
+    )
+    pinned_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Hybrid: names of tools always in context, e.g. ["read_file"] (still only '
+        "those the agent may call).",
+    )
+
     # The Director (spec §3.4): a cron-started agent that dispatches one task per cycle.
     prompt_template = models.TextField(
         blank=True,
@@ -189,6 +211,10 @@ class Agent(models.Model):
             isinstance(k, str) and isinstance(v, str) for k, v in self.credentials.items()
         ):
             raise ValidationError({"credentials": "Give header names and string values."})
+        if not isinstance(self.pinned_tools, list) or not all(
+            isinstance(name, str) for name in self.pinned_tools
+        ):
+            raise ValidationError({"pinned_tools": 'Give a list of tool names: ["read_file"].'})
 
     def refresh_card(self):
         """Fetch a remote agent's card (outbound.RemoteError if it cannot be had), unsaved."""
@@ -306,6 +332,8 @@ class AgentRun(models.Model):
     output_retries = models.PositiveSmallIntegerField(default=0)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    # Tools its model found with the discovery meta-tools: in context for the rest of the run.
+    discovered_tools = models.JSONField(default=list, blank=True)
     waiting_for = models.ForeignKey(
         Ceremony, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

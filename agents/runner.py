@@ -24,6 +24,7 @@ from django.utils.module_loading import import_string
 from a2a import bus
 from agents import llm, remote
 from agents.models import AgentRun
+from agents.toolset import Toolset
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
 from mcplet_host import audit, gateway, metrics, storable, tracing
@@ -164,10 +165,7 @@ class Loop:
                 },
             )
             return False
-        tools = [
-            llm.tool_spec(t.name, t.description, t.input_schema)
-            for t in gateway.tools_for(agent, run.authority)
-        ]
+        tools = Toolset(run).specs()
         try:
             reply = llm.complete(
                 run.transcript,
@@ -190,7 +188,7 @@ class Loop:
         run.steps += 1
         run.prompt_tokens += reply.usage.prompt_tokens
         run.completion_tokens += reply.usage.completion_tokens
-        run.transcript.append(reply.raw_message)
+        run.transcript.append(storable.printable(reply.raw_message))  # hostile text written out
         if not reply.tool_calls:
             self._read_answer(reply.text or "")
         run.save()
@@ -250,22 +248,26 @@ class Loop:
                     arguments = json.loads(arguments or "{}")
                 except ValueError as exc:
                     arguments = {"__unparseable__": str(exc)}
-                outcome = gateway.call_tool(
-                    self.agent,
-                    name,
-                    arguments,
-                    "model",
-                    run.context_id,
-                    authority=run.authority,
-                    proposed_by_model=True,
-                    continuation=RESUME_TASK,
-                    continuation_ref=ref,
-                )
-                if outcome.status == "pending":
-                    return self._wait(outcome.ceremony)
-                envelope = outcome.envelope
-            content = storable.json_text(envelope)  # as the tool wrote it: § as §, not \u00a7
-            run.transcript.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+                toolset = Toolset(run)
+                if toolset.answers(name):  # a discovery meta-tool: the host's own answer
+                    envelope = toolset.call(name, arguments)
+                else:
+                    outcome = gateway.call_tool(
+                        self.agent,
+                        name,
+                        arguments,
+                        "model",
+                        run.context_id,
+                        authority=run.authority,
+                        proposed_by_model=True,
+                        continuation=RESUME_TASK,
+                        continuation_ref=ref,
+                        offered=toolset.offered(),
+                    )
+                    if outcome.status == "pending":
+                        return self._wait(outcome.ceremony)
+                    envelope = outcome.envelope
+            run.transcript.append(_tool_message(call, envelope))
             run.save(update_fields=["transcript", "updated_at"])
         return False
 
@@ -462,6 +464,11 @@ def finish(run, status, *, result=None, error=None):
                 context_id=run.context_id,
             )
     return True
+
+
+def _tool_message(call, envelope):
+    """The answer to one tool call, as the tool wrote it: § as §, not \u00a7."""
+    return {"role": "tool", "tool_call_id": call["id"], "content": storable.json_text(envelope)}
 
 
 def _unanswered(transcript):

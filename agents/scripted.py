@@ -20,10 +20,11 @@ deterministic and a resumed run continues where it stopped. A turn answers with 
 (optionally with `text` alongside), `text`, or `json` (dumped into the text); a tool call's
 string arguments may name `${NAME}` from `settings.MCPLET_SCRIPT_VARIABLES`. Optional keys:
 `expect` (checks on the conversation before answering: `tool_results_contain`, `tool_errors`,
-`user_contains`), `delay` (seconds to sleep first; longer than the call's timeout raises a
-timeout) and `error: {kind: timeout|rate_limit|server|unavailable|connection, times: N}` (the
-first N attempts at this turn fail with that transient error; the turn is not consumed). A tool
-call may carry its own `id`, as models choose theirs.
+`user_contains`, `tools_offered`: the exact names of the tools this turn was given), `delay`
+(seconds to sleep first; longer than the call's timeout raises a timeout) and
+`error: {kind: timeout|rate_limit|server|unavailable|connection, times: N}` (the first N
+attempts at this turn fail with that transient error; the turn is not consumed). A tool call
+may carry its own `id`, as models choose theirs.
 
 Whenever the conversation leaves its script — no script, unknown agent, more turns than scripted,
 an unmet `expect`, a malformed script — the model raises `ScriptError`, which litellm surfaces as
@@ -60,7 +61,7 @@ SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 _TURN_KEYS = {"tool_calls", "text", "json", "expect", "delay", "error"}
-_EXPECT_KEYS = {"tool_results_contain", "tool_errors", "user_contains"}
+_EXPECT_KEYS = {"tool_results_contain", "tool_errors", "user_contains", "tools_offered"}
 _CALL_KEYS = {"name", "arguments", "id"}
 _VARIABLE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ERROR_KINDS = {
@@ -205,7 +206,7 @@ def _as_strings(value: Any, what: str, where: str) -> list[str]:
     raise ScriptError(f"{where}: expect.{what} must be a string or a list of strings")
 
 
-def check_expect(expect: Any, messages: list, where: str) -> None:
+def check_expect(expect: Any, messages: list, where: str, tools: list | None = None) -> None:
     if not isinstance(expect, Mapping):
         raise ScriptError(f"{where}: `expect` must be a mapping")
     unknown = set(expect) - _EXPECT_KEYS
@@ -231,6 +232,14 @@ def check_expect(expect: Any, messages: list, where: str) -> None:
                 f"{where}: expected tool_errors={str(wanted).lower()}, but the last tool results "
                 f"hold {state}: {_preview(joined)} (the conversation left its script)",
                 tool_error=refused,
+            )
+    if "tools_offered" in expect:
+        offered = sorted(_field(_field(t, "function") or {}, "name") for t in tools or [])
+        wanted = sorted(_as_strings(expect["tools_offered"], "tools_offered", where))
+        if offered != wanted:
+            raise ScriptError(
+                f"{where}: expected the tools offered to be {wanted}, got {offered} "
+                "(the conversation left its script)"
             )
     if "user_contains" in expect:
         users = "\n".join(
@@ -361,7 +370,8 @@ class ScriptedLLM(CustomLLM):
             raise ScriptError(f"{where}: unknown keys {sorted(unknown)}")
 
         if "expect" in step:
-            check_expect(step["expect"], messages, where)
+            tools = (kwargs.get("optional_params") or {}).get("tools")
+            check_expect(step["expect"], messages, where, tools)
         self._maybe_fail(step, path, metadata, agent, turn, name, where)
         self._delay(step, timeout, name, where)
 

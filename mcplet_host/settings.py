@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "channels",
     "mcplet_host",
     "pools",
+    "toolindex",
     "agents",
     "a2a",
     "held",
@@ -237,6 +238,9 @@ MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
 # A read or prepare its server marks retryable (MGP §14.6) is tried again at most this many
 # times, and only when the wait it asks for is at most this long (the worker sleeps through it).
 MCPLET_TOOL_RETRIES = env_int("MCPLET_TOOL_RETRIES", 2, minimum=0)
+# An agent in the automatic tool mode gets the discovery meta-tools (MGP §16, hybrid) once it
+# may see more tools than this; below it, every schema is in context.
+MCPLET_TOOL_DISCOVERY_THRESHOLD = env_int("MCPLET_TOOL_DISCOVERY_THRESHOLD", 30, minimum=0)
 MCPLET_TOOL_RETRY_MAX_WAIT_MS = env_int("MCPLET_TOOL_RETRY_MAX_WAIT_MS", 5000, minimum=0)
 # How long a worker holds an agent run it advances: a killed worker's run is taken up again
 # after it (longer than an LLM turn or a tool call can take).

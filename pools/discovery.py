@@ -17,6 +17,7 @@ from jsonschema.validators import validator_for
 
 from mcplet_host import audit, metrics, storable
 from mcplets.envelope import AUTH_ENFORCEMENTS, MCPLET_TYPES, VISIBILITIES
+from pools import signals
 from pools.mcp_client import ServerConfig, ServerUnreachable, describe, open_session
 from pools.models import Mcplet, McpServer, Pool
 
@@ -368,6 +369,7 @@ def apply_snapshot(server_id, tools, protocol_version=""):
 
         Mcplet.objects.bulk_create(to_create, batch_size=500)
         Mcplet.objects.bulk_update(to_update, [*TRACKED_FIELDS, "updated_at"], batch_size=500)
+        signals.tools_listed.send(Mcplet, server=server, mcplets=[*to_create, *to_update])
         _set_status(server, McpServer.Status.CONNECTED, "", events)
         server.last_discovery_at = timezone.now()
         server.protocol_version = protocol_version or server.protocol_version

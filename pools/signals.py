@@ -1,8 +1,12 @@
 from django.db import transaction
 from django.db.models.signals import post_save
-from django.dispatch import receiver
+from django.dispatch import Signal, receiver
 
 from pools.models import Mcplet, McpServer, Pool
+
+# Sent by discovery, in its transaction, with the MCPlets it created or changed (bulk writes,
+# which send no post_save): what keeps the tool index current.
+tools_listed = Signal()
 
 
 @receiver(post_save, sender=Pool)

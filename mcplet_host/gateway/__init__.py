@@ -9,6 +9,8 @@ audit event names who acts, for whom and through whom."""
 
 from dataclasses import dataclass
 
+from django.db.models import Q
+
 from held.kinds import step_up, tool_call
 from held.models import Asker, Ceremony
 from mcplet_host import audit, metrics, storable, tracing
@@ -16,9 +18,10 @@ from mcplet_host.authority import HOST
 from mcplet_host.gateway.checks import SURFACES, Refusal, check
 from mcplet_host.gateway.envelopes import error_envelope
 from mcplet_host.gateway.execute import execute_with_retries
-from pools.models import Mcplet
+from mcplets import ErrorCode
+from pools.models import Mcplet, Pool
 
-__all__ = ["SURFACES", "Outcome", "call_tool", "tools_for"]
+__all__ = ["SURFACES", "Outcome", "call_tool", "tools_for", "visible_to"]
 
 TRACED_OUTCOMES = {"executed": "executed", "refused": "refused", "pending": "held"}
 
@@ -38,19 +41,26 @@ class Outcome:
         return self.envelope is not None and "error" in self.envelope
 
 
+def visible_to(agent, authority=HOST):
+    """What the agent's LLM may see, as one queryset: accepted ∩ model-visible ∩ granted to the
+    agent ∩ granted to every external principal it acts for (pool-less MCPlets: to all).
+    The effective pools are read first, so the MCPlets are one filtered statement that a
+    search or a count can join as a subquery."""
+    pools = set(agent.accessible_pools.values_list("pk", flat=True))
+    for principal in authority.external_principals:  # an intersection, principal by principal
+        pools &= set(
+            Pool.objects.filter(agents__agent_id=principal, agents__enabled=True).values_list(
+                "pk", flat=True
+            )
+        )
+    return Mcplet.objects.routable().filter(
+        Q(pool__isnull=True) | Q(pool__in=pools), model_visible=True, server__enabled=True
+    )
+
+
 def tools_for(agent, authority=HOST):
-    """What the agent's LLM sees: accepted ∩ model-visible ∩ granted to the agent ∩ granted to
-    every external principal it acts for.
-    One query, a UNION of the pool-less and the granted branch so each uses the
-    (status, model_visible, pool) index: MCPlets in pools the agent does not hold are not read.
-    Sorted here, not in SQL: an ORDER BY name lures SQLite into scanning the name index."""
-    visible = Mcplet.objects.routable().filter(model_visible=True, server__enabled=True).order_by()
-    # A join from the grant table, not `pool IN (subquery)`: SQLite's planner scans every
-    # MCPlet for the latter, and walks the agent's grants to the pool index for the former.
-    granted = visible.filter(pool__agents=agent)
-    for principal in authority.external_principals:  # one join per principal: an intersection
-        granted = granted.filter(pool__agents__agent_id=principal, pool__agents__enabled=True)
-    return sorted(visible.filter(pool__isnull=True).union(granted), key=lambda t: t.name)
+    """Every MCPlet the agent's LLM may see (`visible_to`), by name."""
+    return list(visible_to(agent, authority).select_related("server").order_by("name"))
 
 
 def call_tool(
@@ -64,13 +74,16 @@ def call_tool(
     proposed_by_model=False,
     continuation="",
     continuation_ref="",
+    offered=None,
 ):
     """Call one MCPlet for `agent`, acting under `authority` (who the work is for).
 
     Returns an Outcome. An action (or any tool with `_meta.auth`) is not run: it is held as a
     pending Ceremony; so is every `app`-surface call an LLM proposed (`proposed_by_model`):
     the app surface means a person, or host code, decided. Once decided, `continuation` (a
-    Celery task name) is sent `(ceremony id, continuation_ref)`.
+    Celery task name) is sent `(ceremony id, continuation_ref)`. `offered`: the names a
+    model in discovery mode was given (MGP §16); any other name is refused as not found,
+    whether or not it exists, so a model learns nothing of the tools it did not find.
     """
     arguments = {} if arguments is None else arguments
     asker = Asker(
@@ -84,7 +97,7 @@ def call_tool(
     )
     attributes = {"gen_ai.tool.name": str(tool), "mcplet.agent": agent.agent_id}
     with tracing.span("call_tool", attributes=attributes) as span:
-        outcome = _call_tool(agent, tool, arguments, asker)
+        outcome = _call_tool(agent, tool, arguments, asker, offered)
         # The gateway's decision: executed, refused (by which rule) or held for a person.
         span.set_attribute("mcplet.gateway.outcome", TRACED_OUTCOMES[outcome.status])
         if outcome.rule:
@@ -92,8 +105,11 @@ def call_tool(
         return outcome
 
 
-def _call_tool(agent, tool, arguments, asker):
+def _call_tool(agent, tool, arguments, asker, offered):
     try:
+        if offered is not None and tool not in offered:
+            message = f"No tool named {tool!r} is loaded: find one with mgp_tools_discover."
+            raise Refusal(ErrorCode.NOT_FOUND, message, "discovery")
         mcplet = check(tool, arguments, agent, asker.authority, asker.surface)
     except Refusal as refusal:
         return _refused(refusal, tool, asker)
@@ -113,7 +129,7 @@ def _refused(refusal, tool, asker):
     if refusal.retry_after_ms is not None:
         hints["retry_after_ms"] = refusal.retry_after_ms
     found = None
-    if refusal.rule != "input":
+    if refusal.rule not in ("input", "discovery"):
         found = Mcplet.objects.routable().filter(name=tool).select_related("server").first()
     asker.record(
         audit.EventType.TOOL_BLOCKED,

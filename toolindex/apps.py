@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class ToolIndexConfig(AppConfig):
+    name = "toolindex"
+    verbose_name = "Tool index"
+
+    def ready(self):
+        from toolindex import signals  # noqa: F401

@@ -1,0 +1,60 @@
+"""Terms of a text for keyword search, English and Japanese alike.
+
+Latin words are lower-cased, split at `snake_case`, `camelCase` and punctuation, and lightly
+stemmed ("events" and "event", "refunding" and "refund" meet). Japanese has no spaces: a run of
+kanji and katakana (and the hiragana inside it) gives its character bigrams, the usual
+dictionary-free way to index CJK text; bigrams of hiragana alone are grammar (します, ですか)
+and are left out."""
+
+import re
+import unicodedata
+
+MAX_TERM = 64
+_WORD = re.compile(r"[a-z0-9]+|[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\u30fc々]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_HIRAGANA = re.compile(r"^[\u3040-\u309f\u30fc]+$")
+STOPWORDS = frozenset(
+    """a an and are as at be by can do for from get i in into is it me my of on or our please
+    the their them this to us want we with you your which what some any all its need""".split()  # noqa: SIM905
+)
+
+
+def terms(text):
+    """The terms of `text`, in order, repeats kept (their count is the term frequency)."""
+    if not text:
+        return []
+    text = unicodedata.normalize("NFKC", _CAMEL.sub(" ", str(text))).lower()
+    found = []
+    for word in _WORD.findall(text):
+        if word[0].isascii():
+            if word not in STOPWORDS:
+                found.append(stem(word)[:MAX_TERM])
+        elif len(word) == 1:
+            found.append(word)
+        else:
+            found.extend(
+                pair
+                for pair in (word[i : i + 2] for i in range(len(word) - 1))
+                if not _HIRAGANA.match(pair)
+            )
+    return found
+
+
+def stem(word):
+    """A light English stemmer: plurals, -ing and -ed, and a final e, so that "create",
+    "created" and "creating" meet, as do "messages" and "message"."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "ches", "shes", "xes", "zes")):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            if word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]  # stopped, stop
+            break
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
