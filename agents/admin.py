@@ -43,6 +43,10 @@ class AgentAdmin(admin.ModelAdmin):
             "LLM agent",
             {"fields": ["system_prompt", "model", "max_steps", "token_budget", "handler"]},
         ),
+        (
+            "Tools in context (MGP §16): every schema, or discovery inside the grants",
+            {"fields": ["tool_mode", "pinned_tools"]},
+        ),
         ("Workflow", {"fields": ["hands_off_to", "result_needs_approval", "approval_prompt"]}),
         (
             "Director (kind = director)",
@@ -137,6 +141,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         "parameters_json",
         "transcript_json",
         "actions_json",
+        "discovered_tools",
         "result_json",
         "error_json",
         "steps",

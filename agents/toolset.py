@@ -87,12 +87,7 @@ class Toolset:
 
     @cached_property
     def mode(self):
-        mode = self.agent.tool_mode
-        if mode == Agent.ToolMode.AUTO:
-            threshold = settings.MCPLET_TOOL_DISCOVERY_THRESHOLD
-            over = self.visible.values("pk")[: threshold + 1].count() > threshold
-            return Agent.ToolMode.HYBRID if over else Agent.ToolMode.ALL
-        return mode
+        return level(self.agent, self.visible)
 
     @property
     def discovers(self):
@@ -206,6 +201,15 @@ class Toolset:
                 "tools": [m.name for m, _ in results],
             },
         )
+
+
+def level(agent, visible):
+    """The agent's tool mode, the automatic one resolved against what it may see (`visible`)."""
+    if agent.tool_mode != Agent.ToolMode.AUTO:
+        return agent.tool_mode
+    threshold = settings.MCPLET_TOOL_DISCOVERY_THRESHOLD
+    over = visible.values("pk")[: threshold + 1].count() > threshold
+    return Agent.ToolMode.HYBRID if over else Agent.ToolMode.ALL
 
 
 def _input(name):

@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from a2a.models import A2AMessage
+from agents import toolset
 from agents.models import Agent, AgentRun
 from held.models import Ceremony
 from mcplet_host import audit, config_audit, gateway
@@ -127,6 +128,8 @@ class AgentGrants:
     tools: list = field(default_factory=list)
     note: str = ""
     partner_views: list = field(default_factory=list)  # (internal agent, its tools for us)
+    tool_mode: str = ""  # its level of MGP §16, the automatic one resolved
+    visible: int = 0  # how many tools it may call, when discovery keeps them out of context
 
 
 def grants(agents):
@@ -147,13 +150,23 @@ def grants(agents):
                 authority = Authority.of_partner(agent.agent_id)
                 row.partner_views.append((target, _tools(target, authority, server_names)))
         else:
-            row.tools = _tools(agent, Authority(), server_names)
+            visible = gateway.visible_to(agent)
+            row.tool_mode = toolset.level(agent, visible)
+            if row.tool_mode == Agent.ToolMode.ALL:
+                row.tools = _tools(agent, Authority(), server_names)
+            else:  # what is always in context, and how many more the model may find
+                row.visible = visible.count()
+                pinned = agent.pinned_tools if row.tool_mode == Agent.ToolMode.HYBRID else []
+                row.tools = _tools(agent, Authority(), server_names, pinned)
         rows.append(row)
     return pools, rows
 
 
-def _tools(agent, authority, server_names):
-    tools = list(gateway.tools_for(agent, authority))
+def _tools(agent, authority, server_names, only=None):
+    if only is None:
+        tools = list(gateway.tools_for(agent, authority))
+    else:
+        tools = list(gateway.visible_to(agent, authority).filter(name__in=only).order_by("name"))
     for tool in tools:
         tool.server_name = server_names.get(tool.server_id, "")
     return tools

@@ -7,6 +7,7 @@ from tests.passkey.conftest import (  # noqa: F401 (shared fixtures)
     asking_server,
     strict_mailer,
 )
+from tests.toolindex.conftest import workspace  # noqa: F401 (shared fixture)
 
 
 @pytest.fixture
