@@ -107,7 +107,7 @@ class Toolset:
     def specs(self):
         """The tool list of the next LLM turn, in the OpenAI format litellm takes."""
         if not self.discovers:
-            return [_spec(t) for t in gateway.tools_for(self.agent, self.run.authority)]
+            return [_spec(t) for t in self.visible.select_related("server").order_by("name")]
         tools = self.visible.filter(name__in=self.loaded()).order_by("name")
         meta = [llm.tool_spec(LLM_NAMES[n], DESCRIPTIONS[n], _input(n)) for n in LLM_NAMES]
         return meta + [_spec(t) for t in tools if t.name not in META_TOOLS]

@@ -38,6 +38,8 @@ GW = "tests/mcplet_host/test_gateway_breaks.py::"
 PK = "tests/passkey/test_passkey_breaks.py::"
 AWA = "tests/security/test_action_without_approval.py::"
 VAA = "tests/security/test_verify_assertion_abuse.py::"
+TM = "tests/toolindex/test_meta_tools.py::"
+TS = "tests/toolindex/test_search.py::"
 RUN = "tests/passkey/test_run_again.py::"
 NEXT = "tests/passkey/test_register_next.py::"
 
@@ -100,20 +102,34 @@ BREAKS = [
     ),
     Break(
         "llm-tools-without-partner-runner",
-        "agents/runner.py",
-        r"gateway\.tools_for\(agent, run\.authority\)",
-        "gateway.tools_for(agent)",
+        "agents/toolset.py",
+        r"gateway\.visible_to\(self\.agent, run\.authority\)",
+        "gateway.visible_to(self.agent)",
         [A2A + "test_the_model_on_a_partners_task_is_offered_only_tools_inside_both_grants"],
     ),
     Break(
         "llm-tools-without-partner-gateway",
         "mcplet_host/gateway/__init__.py",
-        r"granted = granted\.filter\(pool__agents__agent_id=principal, .*\)",
-        "pass",
+        r"(?s)pools &= set\(\n.*?\n        \)\n",
+        "pass\n",
         [
             GW + "test_the_llms_tools_on_a_partners_task_are_inside_the_partners_grants",
             A2A + "test_the_model_on_a_partners_task_is_offered_only_tools_inside_both_grants",
         ],
+    ),
+    Break(
+        "discovered-tools-not-gated",
+        "mcplet_host/gateway/__init__.py",
+        r"if offered is not None and tool not in offered:",
+        "if False:",
+        [TM + "test_a_tool_not_found_first_is_refused_alike_whether_granted_or_not"],
+    ),
+    Break(
+        "discovery-searches-every-pool",
+        "mcplet_host/gateway/__init__.py",
+        r"Q\(pool__in=pools\)",
+        "Q(pool__isnull=False)",
+        [TS + "test_a_tool_outside_the_grants_is_never_returned_not_even_by_its_name"],
     ),
     Break(
         "parameters-pools-partner-only",
