@@ -227,6 +227,15 @@ def _version_problem(config, supported, exc):
     )
 
 
+def stdio_env(configured, environ=os.environ):
+    """What a stdio server gets besides the SDK's few safe variables: the host's OTEL_* ones,
+    so that its own spans go where the host's go (docs/tracing.md), under the variables the
+    operator set on the server, which win. Not OTEL_SERVICE_NAME: each server names itself."""
+    passed = {k: v for k, v in environ.items() if k.startswith("OTEL_")}
+    passed.pop("OTEL_SERVICE_NAME", None)
+    return passed | configured
+
+
 @asynccontextmanager
 async def open_session(
     config,
@@ -255,7 +264,7 @@ async def open_session(
                 params = StdioServerParameters(
                     command=command,
                     args=list(config.args),
-                    env=dict(config.env) or None,
+                    env=stdio_env(dict(config.env)) or None,
                     cwd=settings.BASE_DIR,
                 )
                 log = ServerLog(config.name)

@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
+from mcplets import serving
+from pools.mcp_client import stdio_env
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.processes import ROOT, environment
 
@@ -37,6 +39,42 @@ EXPORTED = InMemorySpanExporter()
 )
 def test_traces_are_on_only_when_the_operator_says_so(environ, on):
     assert tracing.wanted(environ) is on
+    # The kit's MCP servers decide as the host does (without importing it).
+    assert serving.tracing_wanted(environ) is on
+
+
+def test_a_stdio_server_gets_the_hosts_otel_variables_under_its_own():
+    host = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer host",
+        "OTEL_SERVICE_NAME": "mcplet-host",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "DATABASE_URL": "postgres://secret",
+    }
+    configured = {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer server", "X": "1"}
+    assert stdio_env(configured, host) == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer server",  # the operator's wins
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "X": "1",
+    }  # no OTEL_SERVICE_NAME (each server names itself), nothing but OTEL_* of the host's
+    # A server the operator named keeps its name.
+    named = {"OTEL_SERVICE_NAME": "crm"}
+    assert stdio_env(named, host)["OTEL_SERVICE_NAME"] == "crm"
+    assert stdio_env({}, {"PATH": "/bin"}) == {}
+
+
+def test_the_kit_loads_nothing_of_the_host():
+    probe = (
+        "import sys, mcplets.serving, mcplets.restaurant.crm, mcplets.examples.notes\n"
+        "host = {'mcplet_host', 'agents', 'pools', 'held', 'a2a', 'passkey', 'dashboard'}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in host))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=environment(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]"]
 
 
 def test_off_the_host_loads_no_sdk_and_sets_up_no_provider():
