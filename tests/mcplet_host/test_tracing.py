@@ -18,7 +18,9 @@ from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
 from mcplets import serving
+from mcplets.examples.programmable import serve_http, write_spec
 from pools.mcp_client import stdio_env
+from tests.conftest import make_registry, reference_tools
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.processes import ROOT, environment
 
@@ -165,6 +167,31 @@ def test_an_executed_call_follows_the_mcp_conventions(traced, registry, calls):
         assert sdk.parent.span_id == client.context.span_id
     # No argument or result values unless the operator opts in.
     assert not any("rain" in str(v) for s in spans.values() for v in s.attributes.values())
+
+
+@pytest.mark.django_db
+def test_an_http_sessions_id_is_on_the_call_when_the_server_gives_one(traced, tmp_path):
+    """2025-11-25 streamable HTTP: the server's `Mcp-Session-Id`, the same for every call of the
+    long-lived session; a 2026-07-28 server opens no session: no attribute."""
+    spec = write_spec(tmp_path / "tools.json", reference_tools())
+    with serve_http(spec, protocols="2025") as old, serve_http(spec, protocols="2026") as new:
+        registry = make_registry({"transport": "http", "url": old})
+        for _ in range(2):
+            gateway.call_tool(registry["planning"], "query_crm", {"filter": "rain"})
+        session_ids = {
+            s.attributes.get("mcp.session.id")
+            for s in traced.get_finished_spans()
+            if s.name == "tools/call query_crm"
+        }
+        assert len(session_ids) == 1 and len(session_ids.pop() or "") >= 16
+
+        traced.clear()
+        registry["server"].url = new
+        registry["server"].save()
+        gateway.call_tool(registry["planning"], "query_crm", {"filter": "rain"})
+        client = spans_by_name(traced)["tools/call query_crm"]
+        assert "error.type" not in client.attributes
+        assert "mcp.session.id" not in client.attributes
 
 
 @pytest.mark.django_db
