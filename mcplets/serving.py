@@ -1,14 +1,19 @@
 """Serving a low-level MCP server — both MCP generations (2026-07-28 and the 2025-11-25
-handshake), as the SDK does, or one of them — and running one in a child process (the kit's
-examples, the adapter and their tests)."""
+handshake), as the SDK does, or one of them — with its own OpenTelemetry spans when the
+standard OTEL_* variables ask for them (`traced`), and running one in a child process (the
+kit's examples, the adapter and their tests)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +52,85 @@ def one_generation(server: Any, generation: str) -> None:
     server.middleware.append(refuse_the_other)
 
 
+def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether OTEL_* asks for traces, decided as the host decides (`mcplet_host.tracing.wanted`,
+    which the kit does not import): an OTLP endpoint, or an exporter other than `none`;
+    OTEL_SDK_DISABLED=true wins."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:
+        return exporter != "none"
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+
+
+@contextlib.contextmanager
+def traced(name: str) -> Iterator[None]:
+    """For the block, the server's own spans — the MCP SDK's SERVER span of every request, such
+    as `tools/call {tool}`, the child of the `_meta.traceparent` it came with — go where OTEL_*
+    says (docs/tracing.md): over OTLP/HTTP (`OTEL_TRACES_EXPORTER=console`: to standard error,
+    for standard output may be the stdio transport), as the service OTEL_SERVICE_NAME or else
+    `name`, the last ones sent as it ends. Without OTEL_* asking for them, nothing happens."""
+    if not tracing_wanted():
+        yield
+        return
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+        if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "console":
+            exporter: Any = ConsoleSpanExporter(out=sys.stderr)
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter()
+    except ImportError as exc:
+        print(f"OTEL_* asks for traces, but {exc.name} is not installed: none", file=sys.stderr)
+        yield
+        return
+    service = os.environ.get("OTEL_SERVICE_NAME") or name
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    stopping = _stopped_by_sigterm()
+    try:
+        yield
+    finally:
+        provider.shutdown()  # sends what is still queued
+        if stopping is not None:
+            signal.signal(signal.SIGTERM, stopping)
+
+
+def _stopped_by_sigterm() -> Any:
+    """Make SIGTERM (a supervisor's stop; uvicorn sends it on again once it has shut down)
+    end the process as an exception, so that `traced` sends its last spans; an author's own
+    handler stays. The handler it replaced, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
 async def serve(
     server: Server, transport: str, host: str, port: int, generation: str = "both"
 ) -> None:
     """Serve `server` over stdio or streamable HTTP until the process ends (`generation`: as
-    given to `one_generation`)."""
+    given to `one_generation`), traced as OTEL_* says (`traced`)."""
+    with traced(server.name):
+        await _serve(server, transport, host, port, generation)
+
+
+async def _serve(server: Server, transport: str, host: str, port: int, generation: str) -> None:
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
 

@@ -180,9 +180,11 @@ class ServerLog:
         return "\n".join(text.strip().splitlines()[-self.TAIL_LINES :])
 
 
-def _keep_last(responses):
+def _keep_last(responses, session_id=None):
     async def hook(response):
         responses[:] = [response]  # one: the session may live for days
+        if session_id is not None and (given := response.headers.get("mcp-session-id")):
+            session_id(given)
 
     return hook
 
@@ -227,6 +229,15 @@ def _version_problem(config, supported, exc):
     )
 
 
+def stdio_env(configured, environ=os.environ):
+    """What a stdio server gets besides the SDK's few safe variables: the host's OTEL_* ones,
+    so that its own spans go where the host's go (docs/tracing.md), under the variables the
+    operator set on the server, which win. Not OTEL_SERVICE_NAME: each server names itself."""
+    passed = {k: v for k, v in environ.items() if k.startswith("OTEL_")}
+    passed.pop("OTEL_SERVICE_NAME", None)
+    return passed | configured
+
+
 @asynccontextmanager
 async def open_session(
     config,
@@ -235,13 +246,16 @@ async def open_session(
     message_handler=None,
     elicitation_callback=decline_elicitation,
     auth=None,
+    session_id=None,
 ):
     """A connected `mcp.Client` to the server, at the newest MCP revision both speak: the SDK
     probes `server/discover` (2026-07-28) and falls back to the `initialize` handshake
     (2025-11-25 and older); `client.protocol_version` says which. ServerUnreachable if it
     cannot be opened, naming the server's versions when none is shared. The client's response
     cache honours the list results' `ttlMs` (the SDK's default). `auth`: an httpx auth to use
-    instead of the server's own (the OAuth connect flow's)."""
+    instead of the server's own (the OAuth connect flow's). `session_id`: called with the
+    `Mcp-Session-Id` a streamable HTTP server gives the session (2025-11-25; the SDK's Client
+    does not expose it, its responses' headers do)."""
     import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
@@ -255,7 +269,7 @@ async def open_session(
                 params = StdioServerParameters(
                     command=command,
                     args=list(config.args),
-                    env=dict(config.env) or None,
+                    env=stdio_env(dict(config.env)) or None,
                     cwd=settings.BASE_DIR,
                 )
                 log = ServerLog(config.name)
@@ -268,7 +282,7 @@ async def open_session(
                     timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
                     verify=_ssl_context(),
                     # The SDK turns an HTTP error into a vague JSON-RPC one: keep the status.
-                    event_hooks={"response": [_keep_last(responses)]},
+                    event_hooks={"response": [_keep_last(responses, session_id)]},
                 )
                 await stack.enter_async_context(client)
                 transport = streamable_http_client(config.url, http_client=client)

@@ -101,6 +101,7 @@ class _Held:
         self.ready = asyncio.get_running_loop().create_future()
         self.closing = asyncio.Event()
         self.calls = set()
+        self.session_id = ""  # the server's Mcp-Session-Id, if it gives one
         self.task = asyncio.create_task(self._hold(timeout))
 
     async def _hold(self, timeout):
@@ -110,12 +111,16 @@ class _Held:
                 timeout=timeout,
                 message_handler=self._heard,
                 elicitation_callback=self._elicit,
+                session_id=self._named,
             ) as session:
                 self.ready.set_result(session)
                 await self.closing.wait()
         except Exception as exc:
             if not self.ready.done():
                 self.ready.set_exception(exc)
+
+    def _named(self, session_id):
+        self.session_id = session_id[:200]
 
     async def _heard(self, message):
         """The server's notifications/elicitation/complete: a task completes the step-up that
@@ -200,6 +205,12 @@ class SessionPool:
             self._call(config, name, arguments, meta, timeout, asker, reply or {}), self._loop()
         )
         return future.result()
+
+    def session_id(self, server_id):
+        """The `Mcp-Session-Id` of this process's session to the server, or "": stdio, a
+        2026-07-28 server (sessionless), or no session open."""
+        held = self._held.get(server_id) if self._pid == os.getpid() else None
+        return held.session_id if held is not None else ""
 
     def close_all(self):
         if self._pid == os.getpid():

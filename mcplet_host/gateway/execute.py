@@ -79,6 +79,8 @@ def execute(mcplet, arguments, asker, details, meta=None, reply=None):
             f"tools/call {mcplet.name}", kind="client", attributes=_call_attributes(mcplet)
         ) as span:
             envelope, told, asked = _call(mcplet, arguments, asker, meta, reply, trace)
+            if tracing.ENABLED and (session_id := sessions.session_id(mcplet.server.pk)):
+                span.set_attribute("mcp.session.id", session_id)
             if "error" in envelope:
                 span.fail(envelope["error"].get("code", "error"))
             if tracing.content_recorded():

@@ -17,6 +17,7 @@ from mcplets import (
     register_app_tool,
     register_dual_tool,
     register_model_tool,
+    serving,
 )
 
 server = MCPServer("notes")
@@ -94,7 +95,8 @@ if __name__ == "__main__":
     parser.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
-    if args.transport == "stdio":
-        server.run()
-    else:
-        server.run("streamable-http", port=args.port)
+    with serving.traced(server.name):
+        if args.transport == "stdio":
+            server.run()
+        else:
+            server.run("streamable-http", port=args.port)

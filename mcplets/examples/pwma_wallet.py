@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         # The handshake-only stdio loop, as the SDK's own Client reaches an MCPServer's.
         anyio.run(serving.serve, server._lowlevel_server, "stdio", "", 0, "2025")
     else:
-        server.run("streamable-http", host=args.host, port=args.port)
+        with serving.traced(server.name):
+            server.run("streamable-http", host=args.host, port=args.port)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
-from mcplets import Envelope, ErrorCode, MCPletError, ok
+from mcplets import Envelope, ErrorCode, MCPletError, ok, serving
 
 API_URL_ENV = "RESTAURANT_API_URL"
 API_TOKEN_ENV = "RESTAURANT_API_TOKEN"  # noqa: S105 (a variable name)
@@ -132,7 +132,8 @@ def main(server: MCPServer, default_port: int, doc: str, argv: list[str] | None 
     parser.add_argument("--host", default="127.0.0.1", help="streamable HTTP: interface to bind")
     parser.add_argument("--port", type=int, default=default_port, help="streamable HTTP port")
     args = parser.parse_args(argv)
-    if args.transport == "stdio":
-        server.run()
-    else:
-        server.run("streamable-http", host=args.host, port=args.port)
+    with serving.traced(server.name):
+        if args.transport == "stdio":
+            server.run()
+        else:
+            server.run("streamable-http", host=args.host, port=args.port)

@@ -17,6 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
+from mcplets import serving
+from mcplets.examples.programmable import serve_http, write_spec
+from pools.mcp_client import stdio_env
+from tests.conftest import make_registry, reference_tools
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.processes import ROOT, environment
 
@@ -37,6 +41,42 @@ EXPORTED = InMemorySpanExporter()
 )
 def test_traces_are_on_only_when_the_operator_says_so(environ, on):
     assert tracing.wanted(environ) is on
+    # The kit's MCP servers decide as the host does (without importing it).
+    assert serving.tracing_wanted(environ) is on
+
+
+def test_a_stdio_server_gets_the_hosts_otel_variables_under_its_own():
+    host = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer host",
+        "OTEL_SERVICE_NAME": "mcplet-host",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "DATABASE_URL": "postgres://secret",
+    }
+    configured = {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer server", "X": "1"}
+    assert stdio_env(configured, host) == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer server",  # the operator's wins
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "X": "1",
+    }  # no OTEL_SERVICE_NAME (each server names itself), nothing but OTEL_* of the host's
+    # A server the operator named keeps its name.
+    named = {"OTEL_SERVICE_NAME": "crm"}
+    assert stdio_env(named, host)["OTEL_SERVICE_NAME"] == "crm"
+    assert stdio_env({}, {"PATH": "/bin"}) == {}
+
+
+def test_the_kit_loads_nothing_of_the_host():
+    probe = (
+        "import sys, mcplets.serving, mcplets.restaurant.crm, mcplets.examples.notes\n"
+        "host = {'mcplet_host', 'agents', 'pools', 'held', 'a2a', 'passkey', 'dashboard'}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in host))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=environment(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]"]
 
 
 def test_off_the_host_loads_no_sdk_and_sets_up_no_provider():
@@ -127,6 +167,31 @@ def test_an_executed_call_follows_the_mcp_conventions(traced, registry, calls):
         assert sdk.parent.span_id == client.context.span_id
     # No argument or result values unless the operator opts in.
     assert not any("rain" in str(v) for s in spans.values() for v in s.attributes.values())
+
+
+@pytest.mark.django_db
+def test_an_http_sessions_id_is_on_the_call_when_the_server_gives_one(traced, tmp_path):
+    """2025-11-25 streamable HTTP: the server's `Mcp-Session-Id`, the same for every call of the
+    long-lived session; a 2026-07-28 server opens no session: no attribute."""
+    spec = write_spec(tmp_path / "tools.json", reference_tools())
+    with serve_http(spec, protocols="2025") as old, serve_http(spec, protocols="2026") as new:
+        registry = make_registry({"transport": "http", "url": old})
+        for _ in range(2):
+            gateway.call_tool(registry["planning"], "query_crm", {"filter": "rain"})
+        session_ids = {
+            s.attributes.get("mcp.session.id")
+            for s in traced.get_finished_spans()
+            if s.name == "tools/call query_crm"
+        }
+        assert len(session_ids) == 1 and len(session_ids.pop() or "") >= 16
+
+        traced.clear()
+        registry["server"].url = new
+        registry["server"].save()
+        gateway.call_tool(registry["planning"], "query_crm", {"filter": "rain"})
+        client = spans_by_name(traced)["tools/call query_crm"]
+        assert "error.type" not in client.attributes
+        assert "mcp.session.id" not in client.attributes
 
 
 @pytest.mark.django_db

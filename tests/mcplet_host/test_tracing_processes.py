@@ -1,8 +1,9 @@
 """One connected trace across real processes (docs/tracing.md): a partner's task, sent with its
 own W3C traceparent to `manage.py serve`'s web processes, runs on a Celery worker whose agent
-calls an MCP tool — and an OTLP/HTTP receiver here, decoding the protobufs with the official
-`opentelemetry-proto`, gets every span of it in the partner's trace, each with its right parent,
-the MCP call's by the MCP semantic conventions, and no argument value."""
+calls an MCP tool on a stdio MCP server the worker launched — and an OTLP/HTTP receiver here,
+decoding the protobufs with the official `opentelemetry-proto`, gets every span of it in the
+partner's trace, each with its right parent, the MCP call's on both sides (the host's client
+span, the server's own) by the MCP semantic conventions, and no argument value."""
 
 import secrets
 import threading
@@ -82,19 +83,22 @@ def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_
     wait_until(lambda: AgentRun.objects.filter(status="success").exists(), "the run to end")
 
     def arrived():
-        kinds = {(s.name, s.kind) for _, s in receiver.trace(trace_id).values()}
-        server = any(kind == Span.SPAN_KIND_SERVER for _, kind in kinds)
-        return server and ("run/agents.deliver", Span.SPAN_KIND_CONSUMER) in kinds
+        kinds = {(r["service.name"], s.name, s.kind) for r, s in receiver.trace(trace_id).values()}
+        web = any(k[0] == "mcplet-host" and k[2] == Span.SPAN_KIND_SERVER for k in kinds)
+        mcp = ("programmable", "tools/call query_crm", Span.SPAN_KIND_SERVER) in kinds
+        task = ("mcplet-host", "run/agents.deliver", Span.SPAN_KIND_CONSUMER) in kinds
+        return web and mcp and task
 
-    wait_until(arrived, "the web's and the worker's spans", timeout=30)
+    wait_until(arrived, "the web's, the worker's and the MCP server's spans", timeout=30)
     spans = receiver.trace(trace_id)
-    by_name = {s.name: s for _, s in spans.values()}
+    host_spans = [s for r, s in spans.values() if r["service.name"] == "mcplet-host"]
+    by_name = {s.name: s for s in host_spans}
 
     def parent(span):
         return spans[span.parent_span_id.hex()][1]
 
     # The web accepted the partner's context: its server span is the partner span's child.
-    (web,) = [s for _, s in spans.values() if s.kind == Span.SPAN_KIND_SERVER]
+    (web,) = [s for s in host_spans if s.kind == Span.SPAN_KIND_SERVER]
     assert web.parent_span_id.hex() == partner_span
     # The Celery hop: the worker's task is the child of the web's publish.
     run_task = by_name["run/agents.deliver"]
@@ -107,7 +111,7 @@ def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_
     decision = by_name["call_tool"]
     client = by_name["tools/call query_crm"]
     assert parent(agent).span_id == run_task.span_id
-    chats = [s for _, s in spans.values() if s.name.startswith("chat ")]
+    chats = [s for s in host_spans if s.name.startswith("chat ")]
     assert len(chats) == 2 and all(parent(c).span_id == agent.span_id for c in chats)
     assert parent(decision).span_id == agent.span_id
     assert parent(client).span_id == decision.span_id
@@ -117,11 +121,30 @@ def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_
     assert attributes["gen_ai.operation.name"] == "execute_tool"
     assert attributes["gen_ai.tool.name"] == "query_crm"
     assert "error.type" not in attributes
-    # The MCP server got the trace in `_meta`, as a span of it.
+    # The MCP server got the trace in `_meta`, as a span of it: the MCP SDK's own client span,
+    # inside ours.
     sent = calls("query_crm")[0]["meta"]["traceparent"].split("-")
-    assert sent[1] == trace_id and sent[2] in spans
-    # Every process is the host's service; no argument value anywhere.
-    assert {r["service.name"] for r, _ in spans.values()} == {"mcplet-host"}
+    assert sent[1] == trace_id
+    (sdk,) = [s for s in host_spans if s.span_id.hex() == sent[2]]
+    assert (sdk.name, sdk.kind) == ("MCP send tools/call query_crm", Span.SPAN_KIND_CLIENT)
+    assert parent(sdk).span_id == client.span_id
+    # The MCP server's own span (the SDK's server middleware; the kit set up its exporter from
+    # the OTEL_* the host passed on): the child of what it got, under the server's own name.
+    # (A session opened by the call itself adds its server/discover and tools/list.)
+    ((resource, served),) = [
+        (r, s)
+        for r, s in spans.values()
+        if r["service.name"] != "mcplet-host" and s.name == client.name
+    ]
+    assert resource["service.name"] == "programmable"
+    assert served.kind == Span.SPAN_KIND_SERVER
+    assert served.parent_span_id.hex() == sent[2]
+    attributes = {a.key: value(a.value) for a in served.attributes}
+    assert attributes["mcp.method.name"] == "tools/call"
+    assert attributes["gen_ai.tool.name"] == "query_crm"
+    assert "error.type" not in attributes
+    # Every host process is the host's service; no argument value anywhere.
+    assert {r["service.name"] for r, _ in spans.values()} == {"mcplet-host", "programmable"}
     everything = [str(value(a.value)) for _, s in spans.values() for a in s.attributes]
     assert not any("rain" in v for v in everything)
 
