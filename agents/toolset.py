@@ -107,10 +107,9 @@ class Toolset:
     def specs(self):
         """The tool list of the next LLM turn, in the OpenAI format litellm takes."""
         if not self.discovers:
-            return [_spec(t) for t in self.visible.select_related("server").order_by("name")]
+            return [spec(t) for t in self.visible.select_related("server").order_by("name")]
         tools = self.visible.filter(name__in=self.loaded()).order_by("name")
-        meta = [llm.tool_spec(LLM_NAMES[n], DESCRIPTIONS[n], _input(n)) for n in LLM_NAMES]
-        return meta + [_spec(t) for t in tools if t.name not in META_TOOLS]
+        return meta_specs() + [spec(t) for t in tools if t.name not in META_TOOLS]
 
     def answers(self, name):
         return self.discovers and name in META_TOOLS
@@ -174,7 +173,7 @@ class Toolset:
             "tools_loaded": [_described(m) for m in loaded],
             "tools_unavailable": unavailable,
             "session_tools_count": len(self.loaded()),
-            "context_tokens_added": llm.schema_tokens([_spec(m) for m in added]),
+            "context_tokens_added": llm.schema_tokens([spec(m) for m in added]),
         }
 
     def _load(self, mcplets):
@@ -212,11 +211,16 @@ def level(agent, visible):
     return Agent.ToolMode.HYBRID if over else Agent.ToolMode.ALL
 
 
+def meta_specs():
+    """The two meta-tools as the model sees them."""
+    return [llm.tool_spec(LLM_NAMES[n], DESCRIPTIONS[n], _input(n)) for n in LLM_NAMES]
+
+
 def _input(name):
     return DISCOVER_INPUT if name == DISCOVER else REQUEST_INPUT
 
 
-def _spec(mcplet):
+def spec(mcplet):
     return llm.tool_spec(mcplet.name, mcplet.description, mcplet.input_schema)
 
 
