@@ -149,13 +149,12 @@ def tool_spec(name: str, description: str | None, input_schema: Mapping | None) 
 
 
 def schema_tokens(specs: list[dict]) -> int:
-    """Tokens the tool list `specs` adds to a prompt, by litellm's counter (its default
-    tokenizer: a figure to compare, not a bill)."""
+    """Tokens the tool list `specs` adds to a prompt, by litellm's counter over its JSON (its
+    default tokenizer: a figure to compare, not a bill). Not litellm's own tool formatting,
+    which fails on a valid schema it does not expect (an array without `items`)."""
     if not specs:
         return 0
-    return _litellm().token_counter(messages=[{"role": "user", "content": ""}], tools=specs) - (
-        _litellm().token_counter(messages=[{"role": "user", "content": ""}])
-    )
+    return _litellm().token_counter(text=json.dumps(specs, ensure_ascii=False))
 
 
 def default_model() -> str:

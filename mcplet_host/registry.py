@@ -41,7 +41,19 @@ class Snapshot:
 
     def __init__(self, token):
         self.token = token
-        self._tools, self._holders = {}, {}
+        self._tools, self._holders, self._ids = {}, {}, {}
+
+    def ids(self, queryset):
+        """The primary keys a query of the watched tables returns (keyed by its SQL: the same
+        statement under the same token has the same answer), e.g. the MCPlets an agent may
+        see, which every tool search of its run starts from."""
+        key = str(queryset.query)
+        if key not in self._ids:
+            found = frozenset(queryset.values_list("pk", flat=True))
+            if self.token is None:
+                return found
+            self._ids[key] = found
+        return self._ids[key]
 
     def tool(self, name):
         if name not in self._tools:

@@ -6,24 +6,40 @@ kanji and katakana (and the hiragana inside it) gives its character bigrams, the
 dictionary-free way to index CJK text; bigrams of hiragana alone are grammar (します, ですか)
 and are left out."""
 
+import functools
 import re
 import unicodedata
+
+from toolindex.lexicon import CONCEPTS
 
 MAX_TERM = 64
 _WORD = re.compile(r"[a-z0-9]+|[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\u30fc々]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 _HIRAGANA = re.compile(r"^[\u3040-\u309f\u30fc]+$")
+_SPACES = re.compile(r"[\s_\-]+")
 STOPWORDS = frozenset(
-    """a an and are as at be by can do for from get i in into is it me my of on or our please
-    the their them this to us want we with you your which what some any all its need""".split()  # noqa: SIM905
+    """a an and are as at be by can do does did for from get i in into is it me my of on or our
+    please the their them this that these those to us want we with you your which what some any
+    all its need have has had will would should could there here then than how when who about
+    just also not so if i'd i'm""".split()  # noqa: SIM905
 )
 
 
 def terms(text):
-    """The terms of `text`, in order, repeats kept (their count is the term frequency)."""
+    """The terms of `text`, in order, repeats kept (their count is the term frequency), then
+    the concepts it names (`toolindex.lexicon`)."""
     if not text:
         return []
-    text = unicodedata.normalize("NFKC", _CAMEL.sub(" ", str(text))).lower()
+    text = unicodedata.normalize("NFKC", str(text))
+    # camelCase is split, and a word so split is kept whole too: "GitHub" is github, git, hub.
+    joined = [w.lower() for w in _ASCII_WORD.findall(text) if _CAMEL.search(w)]
+    text = _CAMEL.sub(" ", text).lower()
+    found = _words(text) + [stem(w)[:MAX_TERM] for w in joined]
+    return found + concepts(found, text)
+
+
+def _words(text):
     found = []
     for word in _WORD.findall(text):
         if word[0].isascii():
@@ -38,6 +54,32 @@ def terms(text):
                 if not _HIRAGANA.match(pair)
             )
     return found
+
+
+def concepts(words, text):
+    """A concept term for each of its words (stemmed, among `words`) and each of its phrases
+    or Japanese words found in `text` (normalised)."""
+    by_word, by_phrase = _lexicon()
+    found = [concept for word in words for concept in by_word.get(word, ())]
+    spaced = f" {_SPACES.sub(' ', text)} "
+    for phrase, concept in by_phrase:
+        found += [concept] * spaced.count(f" {phrase} " if phrase.isascii() else phrase)
+    return found
+
+
+@functools.cache
+def _lexicon():
+    by_word, by_phrase = {}, []
+    for line in CONCEPTS.strip().splitlines():
+        name, *members = line.split()
+        for member in members:
+            if member.isascii() and "_" not in member:
+                by_word.setdefault(stem(member.lower()), []).append(f"~{name}")
+            else:
+                by_phrase.append(
+                    (unicodedata.normalize("NFKC", member.replace("_", " ")), f"~{name}")
+                )
+    return by_word, by_phrase
 
 
 def stem(word):

@@ -71,9 +71,9 @@ def test_an_evicted_or_ungranted_tool_is_gone_from_results_at_once(workspace):
 
 def test_a_changed_description_is_searched_as_it_now_reads(workspace):
     tools = [t for t in workspace_tools() if t["name"] != "get_weather"]
-    workspace["rewrite"]([*tools, described("get_weather", "Rain radar and typhoon warnings")])
+    workspace["rewrite"]([*tools, described("get_weather", "Typhoon warnings for a region")])
     assert names(workspace["assistant"], "typhoon warning")[0] == "get_weather"
-    assert "get_weather" not in names(workspace["assistant"], "forecast", limit=20)
+    assert "get_weather" not in names(workspace["assistant"], "city", limit=20)
     assert Posting.objects.filter(mcplet__name="get_weather", term="forecast").count() == 0
 
 
@@ -87,10 +87,20 @@ def test_categories_filter_by_pool_type_or_server(workspace):
         "check_reservations",
         "list_calendar_events",
     ]
-    assert names(assistant, "list", categories=["calendar-pool"], limit=20) == [
-        "list_calendar_events"
+    assert names(assistant, "list events", categories=["calendar-pool"], limit=20) == [
+        "list_calendar_events",
+        "check_reservations",  # 予約一覧: a list too
     ]
     assert names(assistant, "customer", risk_level_max="safe") == ["find_customer"]
+
+
+def test_synonyms_meet_across_words_and_languages(workspace):
+    """A person's word is not the description's: a bug is an issue, 予約 a booking."""
+    assistant = workspace["assistant"]
+    assert names(assistant, "who is the client with this e-mail")[0] == "find_customer"
+    assert names(assistant, "show the bookings of a day")[0] == "check_reservations"
+    assert names(assistant, "明日は雨？")[0] == "get_weather"
+    assert names(assistant, "顧客を探して")[0] == "find_customer"
 
 
 def test_semantic_falls_back_to_keyword_and_says_so(workspace):
