@@ -22,11 +22,11 @@ def environment(**extra):
     return {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def manage(*args, timeout=120):
+def manage(*args, timeout=120, **env):
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env=environment(),
+        env=environment(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -153,3 +153,20 @@ def serve_with_worker(folder, env, processes=2, logs=(), port=None):
         raise
     finally:
         stop(web)
+
+
+@contextmanager
+def signed_in(web, user):
+    """An HTTP client of the host at `web`, signed in as `user` (a session of the test's making)
+    and sending the CSRF token with its requests, as the host's own pages do."""
+    import httpx
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    session = {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
+    with httpx.Client(base_url=web, cookies=session, timeout=60) as browser:
+        browser.get("/dashboard/control/").raise_for_status()  # a page with forms: CSRF cookie
+        browser.headers["X-CSRFToken"] = browser.cookies[settings.CSRF_COOKIE_NAME]
+        yield browser

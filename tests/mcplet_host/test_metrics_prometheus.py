@@ -6,19 +6,12 @@ their durations and the refusal (worker), a held call pending, then rejected by 
 admin (web), and the runs as they ended (worker)."""
 
 import json
-import os
-import re
-import shutil
-import subprocess
 import time
 from urllib.parse import quote
 
 import httpx
 import pytest
-import yaml
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.test import Client
 from playwright.sync_api import expect
 
 from a2a import messages
@@ -28,120 +21,34 @@ from held.models import Ceremony
 from tests.browser import screenshot
 from tests.processes import (
     ROOT,
-    free_port,
     script,  # noqa: F401 (a fixture)
     scripts,  # noqa: F401 (a fixture)
-    serve_with_worker,
-    stop,
+    signed_in,
     wait_until,
 )
+from tests.prometheus import query, scraped, scraped_host
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
-TOKEN = "metrics-test-token"
-IMPLIED = ("__name__", "instance", "job")  # labels every answer has
 SEND = {"tool": "send_email", "arguments": {"to": ["sato@example.jp"], "body": "Hi"}}
-
-
-def start_prometheus(folder, target):
-    """Prometheus scraping `target`'s /metrics every second with the bearer token."""
-    (folder / "token").write_text(TOKEN)
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "mcplet-host",
-                "metrics_path": "/metrics",
-                "authorization": {"credentials_file": str(folder / "token")},
-                "static_configs": [{"targets": [target]}],
-            }
-        ],
-    }
-    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    command = ["prometheus", f"--config.file={folder / 'prometheus.yml'}"]
-    command += [f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}"]
-    log = (folder / "prometheus.log").open("w")
-    return subprocess.Popen(command, stdout=log, stderr=log), f"http://127.0.0.1:{port}"
-
-
-def query(prometheus, promql):
-    """{labels as a sorted tuple: value} of an instant query over the HTTP API."""
-    answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}, timeout=10).json()
-    assert answer["status"] == "success", answer
-    return {
-        tuple(sorted((k, v) for k, v in r["metric"].items() if k not in IMPLIED)): (
-            float(r["value"][1])
-        )
-        for r in answer["data"]["result"]
-    }
-
-
-def scraped(prometheus, promql, expected):
-    """Wait until Prometheus has scraped `expected` ((labels, value) pairs; an empty label is
-    no label in Prometheus)."""
-    wanted = {
-        tuple(sorted((k, v) for k, v in labels.items() if v)): value for labels, value in expected
-    }
-    found = {}
-
-    def matches():
-        nonlocal found
-        found = query(prometheus, promql)
-        return all(found.get(labels) == value for labels, value in wanted.items())
-
-    try:
-        wait_until(matches, f"{promql} to be {wanted}", timeout=30)
-    except AssertionError:
-        raise AssertionError(f"{promql}: {found}, not {wanted}") from None
 
 
 @pytest.fixture
 def host(tmp_path, scripts):  # noqa: F811
     """(web URL, Prometheus URL): `serve` with two processes and a worker, one metrics
     directory, and Prometheus scraping the web."""
-    if not shutil.which("prometheus"):
-        missing = "needs Debian's prometheus (`make prometheus` installs it)"
-        if os.environ.get("CI"):  # CI runs every test: a missing server fails the run
-            pytest.fail(missing)
-        pytest.skip(missing)
-    port = free_port()
-    env = {
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
-        "METRICS_TOKEN": TOKEN,
-        "MCPLET_SCRIPT_DIRS": str(scripts),
-    }
-    prometheus, prometheus_url = start_prometheus(tmp_path, f"127.0.0.1:{port}")
-    try:
-        with serve_with_worker(tmp_path, env, port=port, logs=["prometheus.log"]) as web:
-            wait_until(
-                lambda: query(prometheus_url, "up") == {(): 1.0},
-                "Prometheus to scrape the web",
-                prometheus,
-            )
-            yield web, prometheus_url
-    finally:
-        stop(prometheus)
+    env = {"DJANGO_SETTINGS_MODULE": "tests.settings", "MCPLET_SCRIPT_DIRS": str(scripts)}
+    with scraped_host(tmp_path, env) as urls:
+        yield urls
 
 
 def admin_reject(web, ceremony):
     """An operator rejects the held call with admin's action, over HTTP to the web."""
     staff = get_user_model().objects.create_superuser("operator", "op@example.org", "pw-op-1")
-    client = Client()
-    client.force_login(staff)
-    cookies = {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
-    with httpx.Client(base_url=web, cookies=cookies, timeout=30) as browser:
-        page = browser.get("/admin/held/ceremony/")
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    with signed_in(web, staff) as browser:
         done = browser.post(
             "/admin/held/ceremony/",
-            data={
-                "action": "reject",
-                "_selected_action": str(ceremony.pk),
-                "index": "0",
-                "csrfmiddlewaretoken": csrf,
-            },
+            data={"action": "reject", "_selected_action": str(ceremony.pk), "index": "0"},
         )
         assert done.status_code == 302, done.text[-2000:]
 
