@@ -21,6 +21,7 @@ WATCHED = (
     ("pools", "Pool", ""),
     ("agents", "Agent", ""),
     ("agents", "Agent", "accessible_pools"),
+    ("toolindex", "Posting", ""),  # what tool searches keep (term counts) follows it too
 )
 TRIGGER = "mcplet_registry_changed"
 EVENTS = ("INSERT", "UPDATE", "DELETE")
@@ -41,19 +42,25 @@ class Snapshot:
 
     def __init__(self, token):
         self.token = token
-        self._tools, self._holders, self._ids = {}, {}, {}
+        self._tools, self._holders, self._kept = {}, {}, {}
+
+    def kept(self, key, compute):
+        """`compute()`, once under this token: for what follows from the watched tables alone
+        (and from what is written in the same transactions, like the tool index)."""
+        if self.token is None:
+            return compute()
+        if key not in self._kept:
+            self._kept[key] = compute()
+        return self._kept[key]
 
     def ids(self, queryset):
         """The primary keys a query of the watched tables returns (keyed by its SQL: the same
         statement under the same token has the same answer), e.g. the MCPlets an agent may
         see, which every tool search of its run starts from."""
-        key = str(queryset.query)
-        if key not in self._ids:
-            found = frozenset(queryset.values_list("pk", flat=True))
-            if self.token is None:
-                return found
-            self._ids[key] = found
-        return self._ids[key]
+        return self.kept(
+            ("ids", str(queryset.query)),
+            lambda: frozenset(queryset.values_list("pk", flat=True)),
+        )
 
     def tool(self, name):
         if name not in self._tools:

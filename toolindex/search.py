@@ -1,6 +1,8 @@
 """Reading the index: keyword (BM25) and category search over a set of MCPlets the caller may
-see. The set is a queryset of the live registry, joined in the same statement, so the index
-can never return a tool outside it."""
+see. The set is a queryset of the live registry; its ids are read under the registry's current
+version token (`mcplet_host.registry`: every write to a pool, server, MCPlet, agent or grant
+moves it) and only postings of those ids are scored, so the index never returns a tool outside
+it, nor one the registry changed since."""
 
 import math
 import re
@@ -8,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q
+from django.db.models import Q
 
 from mcplet_host import registry
 from pools.models import Mcplet
@@ -22,10 +24,6 @@ STRATEGIES = ("keyword", "semantic", "category")
 RISK_LEVELS = {"read": "safe", "prepare": "moderate", "action": "dangerous"}
 RISK_ORDER = ("safe", "moderate", "dangerous")
 MAX_QUERY_TERMS = 32
-# A term in more MCPlets than this (and than this share of them) is common (see `keyword`).
-COMMON, COMMON_SHARE = 50, 0.02
-# The rare terms' MCPlets are enough to rank when there are this many (see `keyword`).
-ENOUGH = 100
 
 
 @dataclass
@@ -60,58 +58,54 @@ def at_most(candidates, risk_level):
 def search(candidates, query, strategy="keyword", limit=5, categories=(), risk_level_max=""):
     """The best `limit` of `candidates` (a Mcplet queryset of the registry's watched tables)
     for `query`, as `Found`."""
-    started = time.perf_counter()
+    started, kept = time.perf_counter(), registry.current()
     pool = at_most(in_categories(candidates, list(categories)), risk_level_max)
     if strategy == "category":
         named = set(re.split(r"[\s,]+", query.strip())) - {""}
         if not categories and named:
             pool = at_most(in_categories(candidates, list(named)), risk_level_max)
-        ids = registry.current().ids(pool)
-        found = Found(len(ids), "category", started=started)
+        found = Found(len(kept.ids(pool)), "category", started=started)
         found.tools = [(m, 1.0) for m in pool.select_related("server").order_by("name")[:limit]]
         return found
-    ids = registry.current().ids(pool)
+    ids = kept.ids(pool)
     found = Found(len(ids), "keyword", started=started)
     if strategy == "semantic":  # no embeddings are kept: §16.4's fallback
         found.fallback_strategy = "keyword"
-    found.tools = keyword(ids, query, limit)
+    found.tools = keyword(kept, ids, query, limit)
     return found
 
 
-def keyword(ids, query, limit):
+def keyword(kept, ids, query, limit):
     """BM25 over the postings of the MCPlets `ids`: each query term's idf (from the whole
-    index) times the stored term weight, summed per MCPlet. The rarer terms are read first;
-    the common ones (most tools have them) only for the MCPlets the rare ones found, unless
-    those are too few to rank (ENOUGH): then for all."""
+    index) times the stored term weight, summed per MCPlet."""
     wanted = Counter(text.terms(query)[: MAX_QUERY_TERMS * 4])
     wanted = Counter(dict(wanted.most_common(MAX_QUERY_TERMS)))
     if not wanted or limit <= 0 or not ids:
         return []
-    documents = max(Mcplet.objects.count(), 1)
-    frequency = dict(
-        Posting.objects.filter(term__in=wanted).values_list("term").annotate(n=Count("id"))
-    )
-    idf = {
-        term: math.log(1 + (documents - n + 0.5) / (n + 0.5)) * wanted[term]
-        for term, n in frequency.items()
-    }
-    cut = max(COMMON, documents * COMMON_SHARE)
-    rare = [term for term in idf if frequency[term] <= cut]
-    common = [term for term in idf if frequency[term] > cut]
+    documents = len(kept.ids(Mcplet.objects.all()))
     scores = Counter()
-    _add(scores, Posting.objects.filter(term__in=rare), idf, ids)
-    if common:
-        postings = Posting.objects.filter(term__in=common)
-        if len(scores) >= max(limit, ENOUGH):
-            postings = postings.filter(mcplet__in=list(scores))
-        _add(scores, postings, idf, ids)
-    best = sum(idf.values()) * (K1 + 1)  # every term present, saturated: relevance 1
+    best = 0.0
+    for term, postings in _postings(kept, wanted).items():
+        idf = math.log(1 + max(documents - len(postings) + 0.5, 0.5) / (len(postings) + 0.5))
+        idf *= wanted[term]
+        best += idf * (K1 + 1)  # every term present, saturated: relevance 1
+        for mcplet, weight in postings.items():
+            if mcplet in ids:
+                scores[mcplet] += weight * idf
     top = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:limit]
     tools = Mcplet.objects.select_related("server").in_bulk([pk for pk, _ in top])
     return [(tools[pk], round(min(score / best, 1.0), 4)) for pk, score in top]
 
 
-def _add(scores, postings, idf, ids):
-    for mcplet, term, weight in postings.values_list("mcplet", "term", "weight"):
-        if mcplet in ids:
-            scores[mcplet] += weight * idf[term]
+def _postings(kept, terms):
+    """term → {MCPlet id: weight} for the terms of the index among `terms`. Kept per registry
+    token (the index is written in the transactions that write the MCPlets, and its table is
+    watched): a term is read from the database once until the registry changes. Terms the
+    index lacks are not kept, so a flood of invented words costs queries, not memory."""
+    known = kept.kept("postings", dict)
+    missing = [term for term in terms if term not in known]
+    if missing:
+        rows = Posting.objects.filter(term__in=missing).values_list("term", "mcplet", "weight")
+        for term, mcplet, weight in rows:
+            known.setdefault(term, {})[mcplet] = weight
+    return {term: known[term] for term in terms if term in known}

@@ -2,10 +2,12 @@
 discovery, English and Japanese."""
 
 import pytest
+from django.db import connection
 
 from agents.models import Agent
 from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
+from pools.models import Mcplet
 from tests.toolindex.conftest import described, workspace_tools
 from toolindex import search
 from toolindex.models import Posting
@@ -67,6 +69,21 @@ def test_an_evicted_or_ungranted_tool_is_gone_from_results_at_once(workspace):
     assert "list_open_deals" not in names(assistant, "open sales opportunities", limit=20)
     assistant.accessible_pools.remove(workspace["crm-pool"])
     assert "find_customer" not in names(assistant, "customer record", limit=20)
+
+
+def test_what_a_search_keeps_follows_any_write_even_raw_sql(workspace):
+    """Searches keep the visible ids and term counts per registry token: a write the ORM never
+    saw (raw SQL, another process) moves the token, and the next search reads afresh."""
+    assistant = workspace["assistant"]
+    assert names(assistant, "weather forecast")[0] == names(assistant, "city")[0] == "get_weather"
+    table = Mcplet._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET status = 'evicted' WHERE name = 'get_weather'")  # noqa: S608
+    assert "get_weather" not in names(assistant, "weather forecast", limit=20)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET status = 'accepted' WHERE name = 'get_weather'")  # noqa: S608
+        cursor.execute(f"DELETE FROM {Posting._meta.db_table} WHERE term = 'city'")  # noqa: S608
+    assert names(assistant, "city") == []
 
 
 def test_a_changed_description_is_searched_as_it_now_reads(workspace):
