@@ -8,23 +8,14 @@ import os
 import re
 from contextlib import contextmanager
 
+from mcplets.otel import tracing_wanted
+
 SERVICE_NAME = "mcplet-host"
 TRACER = "mcplet_host"
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
-def wanted(environ=os.environ):
-    """Whether the operator asked for traces: an OTLP endpoint, or an exporter other than
-    `none`; OTEL_SDK_DISABLED=true wins."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
-    return bool(
-        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    )
+wanted = tracing_wanted  # the kit's rule, so launched MCPlets decide alike
 
 
 # Whether this process traces: only once `setup` found OTEL_* asking for it.

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcplets.otel import tracing_wanted
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 GENERATIONS = ("both", "2025", "2026")  # what `one_generation` and `serve` take
@@ -50,21 +52,6 @@ def one_generation(server: Any, generation: str) -> None:
         return await call_next(ctx)
 
     server.middleware.append(refuse_the_other)
-
-
-def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether OTEL_* asks for traces, decided as the host decides (`mcplet_host.tracing.wanted`,
-    which the kit does not import): an OTLP endpoint, or an exporter other than `none`;
-    OTEL_SDK_DISABLED=true wins."""
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
-    return bool(
-        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    )
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
-from mcplets import serving
 from mcplets.examples.programmable import serve_http, write_spec
 from pools.mcp_client import stdio_env
 from tests.conftest import make_registry, reference_tools
@@ -40,9 +39,7 @@ EXPORTED = InMemorySpanExporter()
     ],
 )
 def test_traces_are_on_only_when_the_operator_says_so(environ, on):
-    assert tracing.wanted(environ) is on
-    # The kit's MCP servers decide as the host does (without importing it).
-    assert serving.tracing_wanted(environ) is on
+    assert tracing.wanted(environ) is on  # the kit's servers share the rule (mcplets.otel)
 
 
 def test_a_stdio_server_gets_the_hosts_otel_variables_under_its_own():
