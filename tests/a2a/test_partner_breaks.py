@@ -120,6 +120,24 @@ def test_parameters_pools_must_be_held_by_partner_and_recipient(
     assert not AgentRun.objects.exists() and calls() == []
 
 
+@pytest.mark.parametrize(
+    ("partner_pools", "asked"),
+    [
+        (["media-pool"], "fetch_web_content"),  # info-pool: the recipient's, not the partner's
+        (["info-pool", "media-pool"], "read_site_stats"),  # the partner's, not the recipient's
+    ],
+)
+def test_parameters_tools_must_be_inside_partner_and_recipient_grants(
+    partner, registry, calls, partner_pools, asked
+):
+    """The recipient's grants alone do not decide: a partner names no tool it could not call."""
+    partner.accessible_pools.set([registry[name] for name in partner_pools])
+    response = send(api(partner), task(parameters={"tools": [asked]}))
+    assert response.status_code == 403
+    assert response.json()["error"]["message"] == f"These tools are outside your grants: {asked}."
+    assert not AgentRun.objects.exists() and calls() == []
+
+
 # --- another partner's messageId ------------------------------------------------------------------
 
 

@@ -132,6 +132,13 @@ BREAKS = [
         [TS + "test_a_tool_outside_the_grants_is_never_returned_not_even_by_its_name"],
     ),
     Break(
+        "parameters-tools-recipient-only",
+        "a2a/service.py",
+        r"gateway\.tools_for\(recipient, authority\)",
+        "gateway.tools_for(recipient)",
+        [A2A + "test_parameters_tools_must_be_inside_partner_and_recipient_grants"],
+    ),
+    Break(
         "parameters-pools-partner-only",
         "a2a/service.py",
         r"^ +\.filter\(agents=recipient\)\n",  # the partner's pools only
