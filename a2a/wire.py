@@ -45,9 +45,14 @@ class Unusable(ValueError):
 # --- cards ----------------------------------------------------------------------------------
 
 
-def _interfaces(url):
+def _interfaces(url, tenant=""):
     return [
-        {"url": url, "protocolBinding": binding, "protocolVersion": PROTOCOL_VERSION}
+        {
+            "url": url,
+            "protocolBinding": binding,
+            "protocolVersion": PROTOCOL_VERSION,
+            **({"tenant": tenant} if tenant else {}),
+        }
         for binding in BINDINGS
     ]
 
@@ -75,21 +80,22 @@ def _section_18(agents):
 
 
 def skill(agent):
+    """An agent as a skill: its id is the agentId, the tenant of the interfaces that reach it."""
     return {
         "id": agent.agent_id,
         "name": agent.display_name or agent.agent_id,
         "description": agent.description or agent.display_name or agent.agent_id,
-        "tags": [agent.kind],
+        "tags": [agent.kind, f"tenant:{agent.agent_id}"],
         "inputModes": [JSON, "text/plain"],
         "outputModes": [JSON, "text/plain"],
     }
 
 
-def _card(base_url, name, description, url, agents, *, extended):
+def _card(base_url, name, description, interfaces, agents, *, extended):
     card = {
         "name": name,
         "description": description,
-        "supportedInterfaces": _interfaces(url),
+        "supportedInterfaces": interfaces,
         "provider": {"organization": name, "url": base_url},
         "version": PROTOCOL_VERSION,
         "documentationUrl": f"{base_url}/api/docs/",
@@ -111,14 +117,18 @@ def _card(base_url, name, description, url, agents, *, extended):
 HOST_NAME = "MCPlet Host"
 HOST_DESCRIPTION = (
     "An MCPlet Agent Profile host. Partners holding a key send tasks to the internal agents "
-    "they are granted: name one as the tenant, or use its own URL, /a2a/v1/<agentId>."
+    "they are granted: the extended card lists them as skills, each with its interfaces (the "
+    "skill's id as the tenant); or use an agent's own URL, /a2a/v1/<agentId>."
 )
 
 
 def host_card(base_url, agents=()):
-    """The host's card: public with no agent listed; extended (a partner's) with the agents
-    it may call as skills."""
-    return _card(base_url, HOST_NAME, HOST_DESCRIPTION, f"{base_url}/a2a/v1", agents, extended=True)
+    """The host's card: public with no agent listed (its interfaces name none); extended (a
+    partner's) with the agents it may call as skills, and for each an interface per binding
+    whose tenant is that agent — a client that reads only the cards can address any of them."""
+    url = f"{base_url}/a2a/v1"
+    interfaces = [i for a in agents for i in _interfaces(url, a.agent_id)] or _interfaces(url)
+    return _card(base_url, HOST_NAME, HOST_DESCRIPTION, interfaces, agents, extended=True)
 
 
 def agent_card(base_url, agent):
@@ -127,7 +137,7 @@ def agent_card(base_url, agent):
         base_url,
         agent.display_name or agent.agent_id,
         agent.description or f"The agent {agent.agent_id} of this MCPlet host.",
-        f"{base_url}/a2a/v1/{agent.agent_id}",
+        _interfaces(f"{base_url}/a2a/v1/{agent.agent_id}"),
         [agent],
         extended=False,
     )

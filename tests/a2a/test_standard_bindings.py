@@ -130,6 +130,41 @@ def test_send_runs_the_task_as_post_a2a_tasks_does(
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
+def test_the_extended_card_gives_each_agent_its_interfaces(live_server, peer, key, binding):
+    card = one(peer.call(op="extended", url=live_server.url, key=key, binding=binding))
+    assert sorted(
+        (i["tenant"], i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]
+    ) == [
+        (agent, each, f"{live_server.url}/a2a/v1")
+        for agent in ("dispatch-agent", "info-gathering-agent")
+        for each in sorted(BINDINGS)
+    ]
+    assert all(f"tenant:{s['id']}" in s["tags"] for s in card["skills"])
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_client_finds_a_chosen_agent_from_the_cards_alone(
+    live_server, peer, key, registry, script, calls, binding
+):
+    """Only the host's origin and the skill's id: card, extended card, the skill's interface."""
+    registry["dispatch"].model = script({"dispatch-agent": [{"json": {"sent": 0}}]})
+    registry["dispatch"].save()
+    event = one(
+        peer.call(
+            op="cards",
+            url=live_server.url,
+            key=key,
+            binding=binding,
+            skill="dispatch-agent",  # not the first agent the card lists
+            message=user_message(),
+        )
+    )
+    assert event["task"]["status"]["state"] == "TASK_STATE_COMPLETED", event
+    assert AgentRun.objects.get().agent.agent_id == "dispatch-agent"
+    assert calls() == []
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
 def test_the_host_url_with_the_agent_as_tenant(live_server, peer, key, registry, script, binding):
     registry["info"].model = info_script(script, tools=("query_crm",))
     registry["info"].save()

@@ -8,6 +8,9 @@ raises is a result too: {"raised": class name, "message": ...}.
     {"op": "get" | "cancel" | "subscribe", "url", "key", "binding", "id"}
     {"op": "list", "url", "key", "binding", "contextId"?, "status"?}
     {"op": "extended", "url", "key", "binding"}
+    {"op": "cards", "url": the host's origin, "key", "binding", "skill", "message"}
+        from the cards alone: the public card, the extended one, the chosen skill's interface
+        of that binding (its tenant), then send; each event
 """
 
 import asyncio
@@ -17,6 +20,7 @@ import sys
 import httpx
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types.a2a_pb2 import (
+    AgentCard,
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
@@ -47,17 +51,40 @@ async def client_for(command):
     return await create_client(command["url"], client_config=config)
 
 
+async def from_the_cards(command):
+    """A client that knows the host's origin and a skill's id, nothing of its URLs."""
+    async with http(command) as resolving:
+        public = await A2ACardResolver(resolving, command["url"]).get_agent_card()
+    config = ClientConfig(
+        httpx_client=http(command), supported_protocol_bindings=[command["binding"]]
+    )
+    host = await create_client(public, client_config=config)
+    extended = await host.get_extended_agent_card(GetExtendedAgentCardRequest())
+    await host.close()
+    (skill,) = [s for s in extended.skills if s.id == command["skill"]]
+    chosen = [
+        i
+        for i in extended.supported_interfaces
+        if i.tenant == skill.id and i.protocol_binding == command["binding"]
+    ]
+    card = AgentCard()
+    card.CopyFrom(extended)
+    del card.supported_interfaces[:]
+    card.supported_interfaces.extend(chosen)
+    return await create_client(card, client_config=config)
+
+
 async def run(command):
     op = command["op"]
     if op == "card":
         async with http(command) as resolving:
             emit(MessageToDict(await A2ACardResolver(resolving, command["url"]).get_agent_card()))
         return
-    client = await client_for(command)
+    client = await (from_the_cards if op == "cards" else client_for)(command)
     try:
         if op == "extended":
             emit(MessageToDict(await client.get_extended_agent_card(GetExtendedAgentCardRequest())))
-        elif op == "send":
+        elif op in ("send", "cards"):
             request = SendMessageRequest(
                 message=ParseDict(command["message"], Message()), tenant=command.get("tenant", "")
             )
