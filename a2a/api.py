@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView, exception_handler
 
-from a2a import service
-from a2a.models import A2AMessage, PartnerKey
+from a2a import identity, service
+from a2a.models import KEY_PREFIX, A2AMessage, PartnerKey
 from a2a.schemas import A2AValidationError, validate
 from agents.models import Agent, AgentRun
 from mcplet_host import audit, metrics, storable
@@ -25,15 +25,18 @@ MAX_BODY = 1024 * 1024
 
 
 class Partner:
-    """The authenticated partner, as DRF's request.user."""
+    """The authenticated partner, as DRF's request.user (by its key, or a token its issuer
+    signed: then `key` is None)."""
 
     is_authenticated = True
 
-    def __init__(self, key):
-        self.key, self.agent = key, key.agent
+    def __init__(self, agent, key=None):
+        self.agent, self.key = agent, key
 
 
 class PartnerKeyAuthentication(BaseAuthentication):
+    """A partner key, or a JWT from the partner's own identity provider (a2a/identity.py)."""
+
     keyword = b"bearer"
 
     def authenticate(self, request):
@@ -46,7 +49,18 @@ class PartnerKeyAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "The Authorization header must be 'Bearer <key>'."
             )
-        key, problem = PartnerKey.lookup(parts[1].decode(errors="replace"))
+        token = parts[1].decode(errors="replace")
+        if not token.startswith(KEY_PREFIX) and identity.looks_like_jwt(token):
+            try:
+                agent = identity.partner_for(token)
+            except identity.Invalid as exc:
+                raise exceptions.AuthenticationFailed(
+                    f"This token is not accepted: {exc}."
+                ) from None
+            if not agent.enabled:
+                raise exceptions.AuthenticationFailed("This partner is disabled.")
+            return Partner(agent), None
+        key, problem = PartnerKey.lookup(token)
         if problem:
             messages = {
                 "unknown": "This partner key is not known.",
@@ -56,7 +70,7 @@ class PartnerKeyAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed(messages[problem])
         if not key.agent.enabled or key.agent.kind != Agent.Kind.EXTERNAL:
             raise exceptions.AuthenticationFailed("This partner is disabled.")
-        return Partner(key), key
+        return Partner(key.agent, key), key
 
     def authenticate_header(self, request):
         return 'Bearer realm="mcplet-a2a"'

@@ -64,9 +64,18 @@ def _security():
                 "scheme": "bearer",
                 "description": "A partner key created by an operator of this host (shown once).",
             }
-        }
+        },
+        "partnerToken": {
+            "httpAuthSecurityScheme": {
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "description": "A token your own OpenID Connect provider signed, for the issuer, "
+                "audience and claim an operator of this host configured for you.",
+            }
+        },
     }
-    return {"securitySchemes": schemes, "securityRequirements": [{"schemes": {"partnerKey": {}}}]}
+    requirements = [{"schemes": {name: {}}} for name in schemes]  # either one
+    return {"securitySchemes": schemes, "securityRequirements": requirements}
 
 
 def _section_18(agents):

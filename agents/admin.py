@@ -68,6 +68,19 @@ class AgentAdmin(admin.ModelAdmin):
             {"fields": ["callable_agents"]},
         ),
         (
+            "Partner identity from its issuer (OpenID Connect): tokens it signs work as keys",
+            {
+                "fields": [
+                    "oidc_issuer",
+                    "oidc_jwks_url",
+                    "oidc_audience",
+                    "oidc_claim",
+                    "oidc_subject",
+                ],
+                "classes": ["collapse"],
+            },
+        ),
+        (
             "Remote A2A agent (kind = remote): its card is fetched on every save",
             {"fields": ["card_url", "credentials", "remote_card_json", "card_fetched_at"]},
         ),

@@ -168,6 +168,42 @@ class Agent(models.Model):
     )
 
     # A remote A2A agent (kind = remote): our agents hand off to it over A2A JSON-RPC.
+    # A partner's own identity provider (A2A's OpenID Connect scheme): a bearer JWT its issuer
+    # signed authenticates it as its keys do (a2a/identity.py).
+    oidc_issuer = models.CharField(
+        "issuer",
+        max_length=500,
+        blank=True,
+        validators=[validate_http_url],
+        help_text="Partner: the exact iss of the tokens its identity provider signs, e.g. "
+        "https://login.acme.example. Empty: keys only.",
+    )
+    oidc_jwks_url = models.CharField(
+        "JWKS URL",
+        max_length=500,
+        blank=True,
+        validators=[validate_http_url],
+        help_text="Where the issuer publishes its signing keys. Empty: the jwks_uri of its "
+        "OpenID discovery document (the issuer URL + /.well-known/openid-configuration).",
+    )
+    oidc_audience = models.CharField(
+        "audience",
+        max_length=500,
+        blank=True,
+        help_text="The aud its tokens must carry for this host.",
+    )
+    oidc_claim = models.CharField(
+        "partner claim",
+        max_length=100,
+        default="sub",
+        help_text="The claim that names the partner (sub, azp, client_id…).",
+    )
+    oidc_subject = models.CharField(
+        "claim value",
+        max_length=500,
+        blank=True,
+        help_text="That claim's value for this partner. Empty: its agent id.",
+    )
     card_url = models.CharField(
         max_length=500,
         blank=True,
@@ -211,6 +247,8 @@ class Agent(models.Model):
             isinstance(k, str) and isinstance(v, str) for k, v in self.credentials.items()
         ):
             raise ValidationError({"credentials": "Give header names and string values."})
+        if self.oidc_issuer and not self.oidc_audience:
+            raise ValidationError({"oidc_audience": "Give the audience its tokens carry."})
         if not isinstance(self.pinned_tools, list) or not all(
             isinstance(name, str) for name in self.pinned_tools
         ):
