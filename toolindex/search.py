@@ -105,7 +105,9 @@ def _postings(kept, terms):
     known = kept.kept("postings", dict)
     missing = [term for term in terms if term not in known]
     if missing:
+        fetched = {}  # whole, then kept at once: another thread never reads a term half-filled
         rows = Posting.objects.filter(term__in=missing).values_list("term", "mcplet", "weight")
         for term, mcplet, weight in rows:
-            known.setdefault(term, {})[mcplet] = weight
+            fetched.setdefault(term, {})[mcplet] = weight
+        known.update(fetched)
     return {term: known[term] for term in terms if term in known}
