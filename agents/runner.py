@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from a2a import bus
-from agents import llm, remote
+from agents import llm, remote, transcript
 from agents.models import AgentRun
 from agents.toolset import Toolset
 from held.kinds import result as held_result
@@ -198,13 +198,13 @@ class Loop:
         run, schema = self.run, self.agent.output_schema
         if not schema:
             try:
-                answer = _as_json(text)
+                answer = transcript.as_json(text)
             except ValueError:
                 answer = None
             run.result = answer if isinstance(answer, dict) else {"answer": text}
             return
         try:
-            answer = _as_json(text)
+            answer = transcript.as_json(text)
             jsonschema.validate(answer, schema)
         except (ValueError, jsonschema.ValidationError) as exc:
             problem = exc.message if isinstance(exc, jsonschema.ValidationError) else str(exc)
@@ -235,7 +235,7 @@ class Loop:
     def _answer_pending_tool_calls(self):
         """Run the last turn's unanswered tool calls through the gateway. True if one waits."""
         run = self.run
-        for place, call in _unanswered(run.transcript):
+        for place, call in transcript.unanswered(run.transcript):
             ref = f"{run.pk}:{place}"
             ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
             if ceremony is not None:  # this call was held: its outcome, or keep waiting
@@ -267,7 +267,7 @@ class Loop:
                     if outcome.status == "pending":
                         return self._wait(outcome.ceremony)
                     envelope = outcome.envelope
-            run.transcript.append(_tool_message(call, envelope))
+            run.transcript.append(transcript.tool_message(call, envelope))
             run.save(update_fields=["transcript", "updated_at"])
         return False
 
@@ -464,31 +464,6 @@ def finish(run, status, *, result=None, error=None):
                 context_id=run.context_id,
             )
     return True
-
-
-def _tool_message(call, envelope):
-    """The answer to one tool call, as the tool wrote it: § as §, not \u00a7."""
-    return {"role": "tool", "tool_call_id": call["id"], "content": storable.json_text(envelope)}
-
-
-def _unanswered(transcript):
-    """The tool calls of the last assistant turn that have no tool message yet, each with its
-    place in the transcript (`call-<turn>-<index>`), which names its held call: the ids are the
-    LLM's, and one named like another held call ("result", "action-0") must not take its
-    approval."""
-    for turn in range(len(transcript) - 1, -1, -1):
-        if transcript[turn].get("role") == "assistant":
-            answered = {m.get("tool_call_id") for m in transcript[turn:] if m.get("role") == "tool"}
-            calls = enumerate(transcript[turn].get("tool_calls") or [])
-            return [(f"call-{turn}-{i}", c) for i, c in calls if c["id"] not in answered]
-    return []
-
-
-def _as_json(text):
-    text = text.strip()
-    if text.startswith("```"):  # a fenced answer: keep what is inside
-        text = text.strip("`").removeprefix("json").strip()
-    return json.loads(text)
 
 
 def cancel(run, reason="Cancelled by an operator."):
