@@ -6,7 +6,7 @@ class A2AConfig(AppConfig):
     verbose_name = "A2A"
 
     def ready(self):
-        from a2a import events
+        from a2a import events, push
         from a2a.models import PartnerKey
         from mcplet_host import config_audit as config
         from mcplet_host.signals import audit_recorded
@@ -14,3 +14,4 @@ class A2AConfig(AppConfig):
         config.track(PartnerKey, "partner_key", extra=("revoked_at",), created="issued")
 
         audit_recorded.connect(events.announce, dispatch_uid="a2a-announce")
+        audit_recorded.connect(push.on_audit, dispatch_uid="a2a-push")

@@ -19,7 +19,7 @@ from rest_framework import exceptions
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 
-from a2a import events, service, wire
+from a2a import events, push, service, wire
 from a2a.api import PartnerView
 
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 100
@@ -98,8 +98,13 @@ class BindingView(PartnerView):
                 "request as the DataPart.",
                 "params.tenant",
             )
+        webhook = (params.get("configuration") or {}).get("taskPushNotificationConfig")
+        if webhook is not None:
+            push.check(self.partner, webhook, "", "params.configuration.taskPushNotificationConfig")
         row, created = service.submit(self.partner, body)
         self.trace_id = str(row.context_id)
+        if webhook is not None and created:  # (a resubmission registered it the first time)
+            push.register(self.partner, row, webhook, baseline=wire.submitted(row))
         if stream:
             return Stream(row)
         if created and not (params.get("configuration") or {}).get("returnImmediately"):
@@ -154,6 +159,35 @@ class BindingView(PartnerView):
         wire.validate_wire("ListTasksResponse", result)
         return result
 
+    def create_push_config(self, params, agent_id):
+        wire.check("TaskPushNotificationConfig", params)
+        row = self.task_row(agent_id, params.get("taskId", ""))
+        if wire.task(row, artifacts=False)["status"]["state"] in wire.FINAL_STATES:
+            raise Unsupported("The task has ended: GetTask tells how.")
+        return push.register(self.partner, row, params, tenant=params.get("tenant", ""))
+
+    def push_configs(self, agent_id, params):
+        return self.task_row(agent_id, params.get("taskId", "")).push_configs
+
+    def get_push_config(self, params, agent_id):
+        wire.check("GetTaskPushNotificationConfigRequest", params)
+        config = self.push_configs(agent_id, params).filter(config_id=params["id"]).first()
+        if config is None:
+            raise exceptions.NotFound("No such push notification config.")
+        return config.as_wire(params.get("tenant", ""))
+
+    def list_push_configs(self, params, agent_id):
+        wire.check("ListTaskPushNotificationConfigsRequest", params)
+        configs = self.push_configs(agent_id, params).all()
+        result = {"configs": [c.as_wire(params.get("tenant", "")) for c in configs]}
+        wire.validate_wire("ListTaskPushNotificationConfigsResponse", result)
+        return result
+
+    def delete_push_config(self, params, agent_id):
+        wire.check("DeleteTaskPushNotificationConfigRequest", params)
+        push.forget(self.partner, self.push_configs(agent_id, params), params["id"])
+        return {}  # google.protobuf.Empty
+
     def extended_card(self, params, agent_id):
         if agent_id:
             return wire.agent_card(base_url(self.request), self.agent(agent_id))
@@ -188,45 +222,12 @@ class Stream:
             while last["state"] not in wire.FINAL_STATES:
                 announced = await listener.changed(HEARTBEAT)
                 task = await read(row)
-                status = task["status"]
-                if (status["state"], status.get("message")) == (last["state"], last.get("message")):
-                    if not announced:
-                        yield b": alive\n\n"
-                    continue
-                if self.worked_between(last["state"], status["state"]):
-                    yield self.sse(
-                        wrap(self.update(task, {**status, "state": "TASK_STATE_WORKING"}))
-                    )
-                for artifact in task.get("artifacts", []):
-                    yield self.sse(
-                        wrap(
-                            {
-                                "artifactUpdate": {
-                                    "taskId": task["id"],
-                                    "contextId": task["contextId"],
-                                    "artifact": artifact,
-                                    "lastChunk": True,
-                                }
-                            }
-                        )
-                    )
-                yield self.sse(wrap(self.update(task, status)))
-                last = status
-
-    @staticmethod
-    def worked_between(before, after):
-        """A change seen in one step that the run passed through working to make: it started
-        and was held at once, or was approved and finished at once."""
-        ended = after in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED")
-        return (
-            before == "TASK_STATE_SUBMITTED" and (ended or after.endswith("AUTH_REQUIRED"))
-        ) or (before == "TASK_STATE_AUTH_REQUIRED" and ended)
-
-    @staticmethod
-    def update(task, status):
-        return {
-            "statusUpdate": {"taskId": task["id"], "contextId": task["contextId"], "status": status}
-        }
+                changes = wire.changes(last, task)
+                if not changes and not announced:
+                    yield b": alive\n\n"
+                for event in changes:
+                    yield self.sse(wrap(event))
+                last = task["status"]
 
     @staticmethod
     def sse(event):
@@ -255,6 +256,10 @@ class JsonRpc(BindingView):
         "GetExtendedAgentCard": BindingView.extended_card,
         "SendStreamingMessage": BindingView.send_streaming_message,
         "SubscribeToTask": BindingView.subscribe,
+        "CreateTaskPushNotificationConfig": BindingView.create_push_config,
+        "GetTaskPushNotificationConfig": BindingView.get_push_config,
+        "ListTaskPushNotificationConfigs": BindingView.list_push_configs,
+        "DeleteTaskPushNotificationConfig": BindingView.delete_push_config,
     }
 
     def post(self, request, agent_id=None):
@@ -309,12 +314,19 @@ class Rest(BindingView):
 
     QUERY_INTEGERS = ("pageSize", "historyLength")
 
-    def post(self, request, agent_id=None, resource=None, verb=None, task_id=None):
-        if resource == "message":
+    def post(self, request, agent_id=None, resource=None, verb=None, task_id=None, **kwargs):
+        if resource in ("message", "push"):
             try:
                 params = request.data
             except exceptions.ParseError as exc:
                 return self.error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", str(exc.detail))
+            if resource == "push":
+                if isinstance(params, dict) and params.get("taskId", task_id) != task_id:
+                    return self.error(
+                        400, "INVALID_ARGUMENT", "INVALID_PARAMS", "taskId is not the URL's task."
+                    )
+                params = {**params, "taskId": task_id} if isinstance(params, dict) else params
+                return self.perform(BindingView.create_push_config, params, agent_id)
             operation = (
                 BindingView.send_message if verb == "send" else BindingView.send_streaming_message
             )
@@ -322,9 +334,18 @@ class Rest(BindingView):
         operation = BindingView.cancel_task if verb == "cancel" else BindingView.subscribe
         return self.perform(operation, {"id": task_id}, agent_id)
 
-    def get(self, request, agent_id=None, resource=None, verb=None, task_id=None):
+    def delete(self, request, agent_id=None, resource=None, task_id=None, config_id=None):
+        params = {"taskId": task_id, "id": config_id}
+        return self.perform(BindingView.delete_push_config, params, agent_id)
+
+    def get(self, request, agent_id=None, resource=None, verb=None, task_id=None, config_id=None):
         if resource == "card":
             return self.perform(BindingView.extended_card, {}, agent_id)
+        if resource == "push":
+            if config_id is not None:
+                params = {"taskId": task_id, "id": config_id}
+                return self.perform(BindingView.get_push_config, params, agent_id)
+            return self.perform(BindingView.list_push_configs, {"taskId": task_id}, agent_id)
         query = {}
         for name, value in request.query_params.items():
             if name in self.QUERY_INTEGERS and value.lstrip("-").isdigit():

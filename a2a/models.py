@@ -7,6 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from mcplet_host.authority import Authority
+from pools.fields import SealedJSONField
 
 KEY_PREFIX = "mcpk_"
 
@@ -157,3 +158,105 @@ class A2AMessage(models.Model):
     @property
     def parameters(self):
         return (self.body.get("payload") or {}).get("parameters") or {}
+
+
+class PushConfig(models.Model):
+    """A partner's webhook for one of its tasks (A2A 1.0 TaskPushNotificationConfig): each
+    change of the task becomes a PushDelivery, POSTed in order by a2a.push. The token and the
+    credentials are sealed at rest and never shown again."""
+
+    task = models.ForeignKey(A2AMessage, on_delete=models.CASCADE, related_name="push_configs")
+    config_id = models.CharField("id", max_length=100, help_text="The partner's name for it.")
+    url = models.CharField(max_length=2048, help_text="Where the task's changes are POSTed.")
+    auth_scheme = models.CharField(
+        max_length=50, blank=True, help_text="The Authorization scheme of each POST, e.g. Bearer."
+    )
+    sealed = SealedJSONField(default=dict, blank=True, editable=False)
+    last_status = models.JSONField(
+        help_text="The task's status as the webhook was last told it (the next change's start)."
+    )
+    next_sequence = models.PositiveIntegerField(default=1, editable=False)
+    lease_until = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        verbose_name = "push notification config"
+        constraints = [
+            models.UniqueConstraint(fields=["task", "config_id"], name="one_config_id_per_task")
+        ]
+
+    def __str__(self):
+        return f"{self.config_id} → {self.url}"
+
+    def as_wire(self, tenant=""):
+        """The TaskPushNotificationConfig, its secrets left out (the partner has them)."""
+        config = {"id": self.config_id, "taskId": str(self.task.message_id), "url": self.url}
+        if self.auth_scheme:
+            config["authentication"] = {"scheme": self.auth_scheme}
+        return {**({"tenant": tenant} if tenant else {}), **config}
+
+    def headers(self):
+        """The credentials each POST carries: the Authorization the partner configured, and its
+        token under both names A2A SDKs read (the specification names no header)."""
+        headers = {}
+        if self.auth_scheme:
+            credentials = self.sealed.get("credentials", "")
+            headers["Authorization"] = f"{self.auth_scheme} {credentials}".strip()
+        if self.sealed.get("token"):
+            headers["X-A2A-Notification-Token"] = self.sealed["token"]
+            headers["A2A-Notification-Token"] = self.sealed["token"]
+        return headers
+
+    def take_lease(self, seconds):
+        """This process sends the config's deliveries for `seconds`, unless another does."""
+        now = timezone.now()
+        taken = (
+            PushConfig.objects.filter(pk=self.pk)
+            .filter(models.Q(lease_until__isnull=True) | models.Q(lease_until__lt=now))
+            .update(lease_until=now + timedelta(seconds=seconds))
+        )
+        return taken == 1
+
+    def release_lease(self):
+        PushConfig.objects.filter(pk=self.pk).update(lease_until=None)
+
+
+class PushDelivery(models.Model):
+    """One notification for one webhook: a StreamResponse, POSTed as it is on every attempt
+    (so a receiver recognises a repeat), after the one before it has been delivered or given
+    up."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    config = models.ForeignKey(PushConfig, on_delete=models.CASCADE, related_name="deliveries")
+    sequence = models.PositiveIntegerField()
+    event = models.JSONField(help_text="The StreamResponse POSTed.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["config", "sequence"]
+        verbose_name_plural = "push deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=["config", "sequence"], name="one_delivery_per_step")
+        ]
+        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+    def __str__(self):
+        return f"#{self.sequence} {self.kind} ({self.state})"
+
+    @property
+    def kind(self):
+        """statusUpdate <state>, artifactUpdate or task."""
+        (name, value), *_ = self.event.items()
+        if name == "statusUpdate":
+            return f"{name} {value['status']['state']}"
+        return name

@@ -25,6 +25,12 @@ urlpatterns = [
         bindings.Rest.as_view(),
         {"resource": "task"},
     ),
+    re_path(
+        rf"^a2a/v1/{AGENT}tasks/(?P<task_id>[^/:]+)/pushNotificationConfigs"
+        r"(?:/(?P<config_id>[^/]+))?$",
+        bindings.Rest.as_view(),
+        {"resource": "push"},
+    ),
     re_path(rf"^a2a/v1/{AGENT}extendedAgentCard$", bindings.Rest.as_view(), {"resource": "card"}),
     path("a2a/v1", bindings.JsonRpc.as_view(), name="a2a-jsonrpc"),
     path("a2a/v1/<slug:agent_id>", bindings.JsonRpc.as_view(), name="a2a-agent-jsonrpc"),

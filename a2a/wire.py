@@ -110,7 +110,7 @@ def _card(base_url, name, description, interfaces, agents, *, extended):
         "documentationUrl": f"{base_url}/api/docs/",
         "capabilities": {
             "streaming": True,
-            "pushNotifications": False,
+            "pushNotifications": True,
             "extendedAgentCard": extended,
             **({"extensions": [_section_18(agents)]} if agents else {}),
         },
@@ -208,6 +208,11 @@ def _agent_message(request_message, text, key):
     }
 
 
+def submitted(request_message):
+    """The status of a task request nothing has taken up yet."""
+    return {"state": "TASK_STATE_SUBMITTED", "timestamp": _timestamp(request_message.created_at)}
+
+
 def _status(request_message, response, run):
     if response is not None:
         state = ANSWERED.get(response.status, "TASK_STATE_FAILED")
@@ -219,10 +224,7 @@ def _status(request_message, response, run):
             status["message"] = _agent_message(request_message, error["message"], "error")
         return status
     if run is None:
-        return {
-            "state": "TASK_STATE_SUBMITTED",
-            "timestamp": _timestamp(request_message.created_at),
-        }
+        return submitted(request_message)
     status = {"state": "TASK_STATE_WORKING", "timestamp": _timestamp(run.updated_at)}
     held = run.waiting_for
     if run.status == AgentRun.Status.AWAITING_APPROVAL and held is not None:
@@ -276,6 +278,37 @@ def task(request_message, *, artifacts=True):
         result["artifacts"] = [artifact(response)]
     validate_wire("Task", result)
     return result
+
+
+def _worked_between(before, after):
+    """A change seen in one step that the run passed through working to make: it started
+    and was held at once, or was approved and finished at once."""
+    ended = after in ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED")
+    return (before == "TASK_STATE_SUBMITTED" and (ended or after.endswith("AUTH_REQUIRED"))) or (
+        before == "TASK_STATE_AUTH_REQUIRED" and ended
+    )
+
+
+def _status_update(task, status):
+    return {
+        "statusUpdate": {"taskId": task["id"], "contextId": task["contextId"], "status": status}
+    }
+
+
+def changes(last, task):
+    """The StreamResponse events that tell a client who last saw the status `last` how `task`
+    stands now (none if it has not changed): a streaming binding's and a webhook's events."""
+    status = task["status"]
+    if (status["state"], status.get("message")) == (last["state"], last.get("message")):
+        return []
+    events = []
+    if _worked_between(last["state"], status["state"]):
+        events.append(_status_update(task, {**status, "state": "TASK_STATE_WORKING"}))
+    for artifact_ in task.get("artifacts", []):
+        update = {"taskId": task["id"], "contextId": task["contextId"], "artifact": artifact_}
+        events.append({"artifactUpdate": {**update, "lastChunk": True}})
+    events.append(_status_update(task, status))
+    return events
 
 
 def in_state(queryset, state):

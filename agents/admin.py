@@ -65,7 +65,7 @@ class AgentAdmin(admin.ModelAdmin):
         ),
         (
             "Partner (kind = external): the internal agents it may send tasks to",
-            {"fields": ["callable_agents"]},
+            {"fields": ["callable_agents", "push_networks"]},
         ),
         (
             "Partner identity from its issuer (OpenID Connect): tokens it signs work as keys",

@@ -15,6 +15,7 @@ from jsonschema.validators import validator_for
 from a2a import outbound
 from a2a.models import A2AMessage
 from a2a.schemas import json_path
+from a2a.webhooks import validate_networks
 from held.models import Ceremony
 from mcplet_host.authority import Authority
 from pools.fields import SealedJSONField
@@ -203,6 +204,13 @@ class Agent(models.Model):
         max_length=500,
         blank=True,
         help_text="That claim's value for this partner. Empty: its agent id.",
+    )
+    push_networks = models.TextField(
+        "webhook networks",
+        blank=True,
+        validators=[validate_networks],
+        help_text="Partner: private networks its push-notification webhooks may be on, as "
+        "CIDRs (10.20.0.0/16, 127.0.0.1/32), by lines or commas. Empty: public addresses only.",
     )
     card_url = models.CharField(
         max_length=500,

@@ -282,6 +282,9 @@ SPECTACULAR_SETTINGS = {
 }
 # Seconds POST /a2a/tasks waits for the task to end before answering 202 with a Location.
 MCPLET_A2A_WAIT = env_int("MCPLET_A2A_WAIT", 5, minimum=0)
+# A2A push notifications: attempts per delivery, and the first retry's delay (doubling).
+MCPLET_A2A_PUSH_ATTEMPTS = env_int("MCPLET_A2A_PUSH_ATTEMPTS", 8, minimum=1)
+MCPLET_A2A_PUSH_BACKOFF = env_int("MCPLET_A2A_PUSH_BACKOFF", 2, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -25,7 +25,7 @@ from passkey import approvals, assertions, links, loopback
 from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
 from passkey.models import BackendToken, PasskeyCredential, audit_refusal
-from pools.models import _read_url as read_url
+from pools.models import read_url
 
 logger = logging.getLogger(__name__)
 

@@ -107,7 +107,7 @@ FETCHED_SCHEMES = ("http", "https", "ws", "wss", "ftp")
 C0_CONTROLS_AND_SPACE = "".join(map(chr, range(0x21)))
 
 
-def _read_url(text):
+def read_url(text):
     """How a fetching client reads `text`: None when it is not a URL of FETCHED_SCHEMES,
     else (host, ambiguity) — its host (lowercase ASCII) and why parsers might disagree."""
     cleaned = text.strip(C0_CONTROLS_AND_SPACE).translate({9: None, 10: None, 13: None})
@@ -143,7 +143,7 @@ def _read_url(text):
 def _urls_in(value):
     """(url, host, ambiguity) for every URL string anywhere in `value`."""
     if isinstance(value, str):
-        read = _read_url(value)
+        read = read_url(value)
         if read is not None:
             yield value, *read
     elif isinstance(value, dict):

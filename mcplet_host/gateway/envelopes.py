@@ -11,7 +11,7 @@ from jsonschema.validators import validator_for
 from mcplet_host import storable
 from mcplet_host.gateway.checks import SURFACES
 from mcplets import ErrorCode, error, ok, recovery_hints
-from pools.models import _read_url as read_url
+from pools.models import read_url
 
 
 def _visibility(mcplet):

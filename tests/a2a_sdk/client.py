@@ -4,7 +4,11 @@ JSON line per result (several for a stream, the last one {"end": true}); an exce
 raises is a result too: {"raised": class name, "message": ...}.
 
     {"op": "card", "url": ..., "key": ...}                      the resolved card
-    {"op": "send", "url", "key", "binding", "message", "tenant"?, "stream"?}  each event
+    {"op": "send", "url", "key", "binding", "message", "tenant"?, "stream"?, "push"?}
+        each event; "push": a TaskPushNotificationConfig sent with the message
+    {"op": "push_create", "url", "key", "binding", "config"}   the config the host stored
+    {"op": "push_get" | "push_delete", "url", "key", "binding", "taskId", "id"}
+    {"op": "push_list", "url", "key", "binding", "taskId"}
     {"op": "get" | "cancel" | "subscribe", "url", "key", "binding", "id"}
     {"op": "list", "url", "key", "binding", "contextId"?, "status"?}
     {"op": "extended", "url", "key", "binding"}
@@ -22,12 +26,17 @@ from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
+    SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -88,6 +97,15 @@ async def run(command):
             request = SendMessageRequest(
                 message=ParseDict(command["message"], Message()), tenant=command.get("tenant", "")
             )
+            if command.get("push"):
+                request.configuration.CopyFrom(
+                    SendMessageConfiguration(
+                        task_push_notification_config=ParseDict(
+                            command["push"], TaskPushNotificationConfig()
+                        ),
+                        return_immediately=True,
+                    )
+                )
             async for event in client.send_message(request):
                 emit(MessageToDict(event))
         elif op == "get":
@@ -97,6 +115,22 @@ async def run(command):
         elif op == "subscribe":
             async for event in client.subscribe(SubscribeToTaskRequest(id=command["id"])):
                 emit(MessageToDict(event))
+        elif op == "push_create":
+            config = ParseDict(command["config"], TaskPushNotificationConfig())
+            emit(MessageToDict(await client.create_task_push_notification_config(config)))
+        elif op == "push_get":
+            request = GetTaskPushNotificationConfigRequest(
+                task_id=command["taskId"], id=command["id"]
+            )
+            emit(MessageToDict(await client.get_task_push_notification_config(request)))
+        elif op == "push_list":
+            request = ListTaskPushNotificationConfigsRequest(task_id=command["taskId"])
+            emit(MessageToDict(await client.list_task_push_notification_configs(request)))
+        elif op == "push_delete":
+            request = DeleteTaskPushNotificationConfigRequest(
+                task_id=command["taskId"], id=command["id"]
+            )
+            emit({"deleted": await client.delete_task_push_notification_config(request) is None})
         elif op == "list":
             request = ListTasksRequest(
                 context_id=command.get("contextId", ""),

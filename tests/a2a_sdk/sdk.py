@@ -9,6 +9,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
+
 from a2a import outbound
 from tests.processes import ROOT, free_port, stop, wait_until
 
@@ -93,5 +95,32 @@ def server(token):
     try:
         wait_until(serving, "the SDK server", process)
         yield base
+    finally:
+        stop(process)
+
+
+@contextmanager
+def receiver(authorization, token, failures=0):
+    """tests/a2a_sdk/receiver.py, a webhook taking `authorization` and `token`, serving;
+    yields (its URL, a function giving what it received)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [python(), "-I", str(HERE / "receiver.py"), str(port), authorization, token, str(failures)],
+        stdout=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def received():
+        return httpx.get(f"{base}/received", timeout=5).json()
+
+    def serving():
+        try:
+            return received() == []
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(serving, "the webhook", process)
+        yield f"{base}/hook", received
     finally:
         stop(process)

@@ -31,7 +31,7 @@ from django_celery_beat.models import (
 from playwright.sync_api import expect
 
 from a2a import messages
-from a2a.models import A2AMessage, PartnerKey
+from a2a.models import A2AMessage, PartnerKey, PushConfig, PushDelivery
 from agents.models import Agent, AgentRun
 from held.kinds import tool_call
 from held.models import Asker, Ceremony
@@ -177,7 +177,20 @@ def existing(django_user_model, settings):
     event = audit.record(
         audit.EventType.TOOL_BLOCKED, actor_id="info-gathering-agent", target_tool="drop_database"
     )
+    webhook = PushConfig.objects.create(
+        task=a2a,
+        config_id="hook-1",
+        url="https://partner.example/hook?<script>",
+        auth_scheme="Bearer",
+        sealed={"token": "t", "credentials": "c"},
+        last_status={"state": "TASK_STATE_WORKING"},
+    )
+    status = {"taskId": str(a2a.message_id), "status": {"state": "TASK_STATE_WORKING"}}
+    PushDelivery.objects.create(
+        config=webhook, sequence=1, event={"statusUpdate": status}, last_error="HTTP 503 <b>"
+    )
     objects = [user, group, pool, server, mcplet, info, run, key, a2a, ceremony, passkey, token]
+    objects += [webhook]
     objects += [event, director.schedule, director.schedule.crontab]
     objects += [
         ClockedSchedule.objects.create(clocked_time=timezone.now() + timedelta(days=1)),

@@ -42,6 +42,7 @@ TM = "tests/toolindex/test_meta_tools.py::"
 TS = "tests/toolindex/test_search.py::"
 RUN = "tests/passkey/test_run_again.py::"
 NEXT = "tests/passkey/test_register_next.py::"
+PUSH = "tests/a2a/test_push_configs.py::"
 
 BREAKS = [
     Break(
@@ -130,6 +131,28 @@ BREAKS = [
         r"Q\(pool__in=pools\)",
         "Q(pool__isnull=False)",
         [TS + "test_a_tool_outside_the_grants_is_never_returned_not_even_by_its_name"],
+    ),
+    Break(
+        "webhook-any-address",
+        "a2a/webhooks.py",
+        r"return address\.is_global and not address\.is_multicast",
+        "return True",
+        [PUSH + "test_a_webhook_at_a_private_address_is_refused_and_audited"],
+    ),
+    Break(
+        "webhook-checked-once",  # the POST trusts the registration's check
+        "a2a/push.py",
+        r"status = webhooks\.post\(config\.url, allowed,",
+        "status = webhooks.post(config.url, webhooks.networks('0.0.0.0/0, ::/0'),",
+        [PUSH + "test_each_post_checks_the_address_again"],
+    ),
+    Break(
+        "push-configs-of-any-task",
+        "a2a/bindings.py",
+        r"return self\.task_row\(agent_id, params\.get\(\"taskId\", \"\"\)\)\.push_configs",
+        "from a2a.models import A2AMessage as M; "
+        "return M.objects.get(message_id=params['taskId']).push_configs",
+        [PUSH + "test_another_partners_task_has_no_configs_for_you"],
     ),
     Break(
         "parameters-tools-recipient-only",
