@@ -12,6 +12,7 @@ import json
 import uuid
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 from drf_spectacular.utils import extend_schema
@@ -101,10 +102,11 @@ class BindingView(PartnerView):
         webhook = (params.get("configuration") or {}).get("taskPushNotificationConfig")
         if webhook is not None:
             push.check(self.partner, webhook, "", "params.configuration.taskPushNotificationConfig")
-        row, created = service.submit(self.partner, body)
+        with transaction.atomic():  # the webhook exists before any worker takes the task up
+            row, created = service.submit(self.partner, body)
+            if webhook is not None and created:  # (a resubmission registered it the first time)
+                push.register(self.partner, row, webhook, baseline=wire.submitted(row))
         self.trace_id = str(row.context_id)
-        if webhook is not None and created:  # (a resubmission registered it the first time)
-            push.register(self.partner, row, webhook, baseline=wire.submitted(row))
         if stream:
             return Stream(row)
         if created and not (params.get("configuration") or {}).get("returnImmediately"):
@@ -164,6 +166,7 @@ class BindingView(PartnerView):
         row = self.task_row(agent_id, params.get("taskId", ""))
         if wire.task(row, artifacts=False)["status"]["state"] in wire.FINAL_STATES:
             raise Unsupported("The task has ended: GetTask tells how.")
+        push.check(self.partner, params, str(row.context_id), "params")
         return push.register(self.partner, row, params, tenant=params.get("tenant", ""))
 
     def push_configs(self, agent_id, params):

@@ -10,6 +10,7 @@ queued for then, never by a worker waiting; beat's sweep takes up what a lost ta
 Every registration, refusal, delivery and failure is audited under the task's trace."""
 
 import re
+import time
 import uuid
 from datetime import timedelta
 
@@ -26,6 +27,7 @@ from mcplet_host.celery import app, enqueue
 PUSH_TASK = "a2a.push"
 LEASE = 60  # seconds one process may send a webhook's deliveries (more than a POST's timeout)
 AUDITED = "a2a.push."
+SEEN_FOR = 1.0  # seconds a process trusts what it found of a trace's webhooks
 LIVE_STATES = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_AUTH_REQUIRED"]
 
 
@@ -68,11 +70,10 @@ def check(partner, config, trace_id, path):
 
 
 def register(partner, row, config, *, tenant="", baseline=None):
-    """Store `config` (a checked TaskPushNotificationConfig) for the task `row`, replacing one
-    of the same id; the webhook hears the changes after `baseline` (default: the task's status
-    now). Returns the TaskPushNotificationConfig."""
+    """Store `config` (a TaskPushNotificationConfig `check` passed) for the task `row`,
+    replacing one of the same id; the webhook hears the changes after `baseline` (default: the
+    task's status now). Returns the TaskPushNotificationConfig."""
     trace_id = str(row.context_id)
-    check(partner, config, trace_id, "params")
     authentication = config.get("authentication") or {}
     stored, _ = PushConfig.objects.update_or_create(
         task=row,
@@ -94,7 +95,12 @@ def register(partner, row, config, *, tenant="", baseline=None):
         trace_id=trace_id,
         details={"config": stored.config_id, "url": stored.url},
     )
-    transaction.on_commit(lambda: enqueue(PUSH_TASK, [stored.pk]))
+
+    def queue():
+        _seen.pop(trace_id, None)  # (this process's memo of the trace is out of date)
+        enqueue(PUSH_TASK, [stored.pk])
+
+    transaction.on_commit(queue)
     return stored.as_wire(tenant)
 
 
@@ -114,19 +120,34 @@ def forget(partner, configs, config_id):
 def on_audit(sender, events, **kwargs):
     """audit_recorded's receiver: queue `a2a.push` for the webhooks of the tasks whose traces
     the events name (its own events aside: they change no task)."""
-    traces = set()
-    for item in events:
-        if item.trace_id and not item.event_type.startswith(AUDITED):
-            try:
-                traces.add(uuid.UUID(item.trace_id))
-            except ValueError:
-                continue
-    if traces:
-        configs = PushConfig.objects.filter(
-            task__context_id__in=traces, last_status__state__in=LIVE_STATES
-        )
-        for pk in configs.values_list("pk", flat=True):
+    for trace in {item.trace_id for item in events if not item.event_type.startswith(AUDITED)}:
+        for pk in _webhooks_of(trace):
             enqueue(PUSH_TASK, [pk])
+
+
+_seen = {}  # trace → (until, the live webhooks' pks): a run's events come in bursts
+
+
+def _webhooks_of(trace):
+    """The live webhooks of the task whose trace is `trace`, as this process saw them at most
+    SEEN_FOR seconds ago: a webhook registered meanwhile was queued by `register`, and a change
+    this misses is recorded with the next one (or by the sweep)."""
+    now = time.monotonic()
+    until, pks = _seen.get(trace, (0, ()))
+    if until > now:
+        return pks
+    try:
+        context_id = uuid.UUID(trace)
+    except ValueError:
+        return ()
+    live = PushConfig.objects.filter(
+        task__context_id=context_id, last_status__state__in=LIVE_STATES
+    )
+    pks = tuple(live.values_list("pk", flat=True))
+    if len(_seen) > 10_000:
+        _seen.clear()
+    _seen[trace] = (now + SEEN_FOR, pks)
+    return pks
 
 
 def notify(config_pk):

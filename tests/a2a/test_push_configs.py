@@ -10,8 +10,9 @@ import uuid
 
 import httpx
 import pytest
+from django.utils import timezone
 
-from a2a import webhooks
+from a2a import push, webhooks
 from a2a.models import A2AMessage, PartnerKey, PushConfig, PushDelivery
 from held.models import Ceremony
 from mcplet_host.models import AuditEvent
@@ -187,6 +188,17 @@ def test_each_post_checks_the_address_again(
         ("statusUpdate TASK_STATE_COMPLETED", 0),
         ("task", 0),
     ]
+
+    # The operator allows it again; once the retry is due, beat's sweep sends the rest in order.
+    partner.push_networks = "127.0.0.1/32"
+    partner.save()
+    push.sweep()
+    assert len(received()) == 2  # not due yet: nothing is sent before its time
+    PushDelivery.objects.update(next_attempt_at=timezone.now())
+    push.sweep()
+    states = [sorted(r["event"])[0] for r in received()]
+    assert states == ["statusUpdate"] * 3 + ["artifactUpdate", "statusUpdate", "task"]
+    assert set(PushDelivery.objects.values_list("state", flat=True)) == {"delivered"}
 
 
 @pytest.mark.parametrize(
