@@ -227,3 +227,15 @@ def test_the_cards_declare_both_schemes(client):
     assert card["securitySchemes"]["partnerToken"]["httpAuthSecurityScheme"]["bearerFormat"] == (
         "JWT"
     )
+
+
+def test_an_issuer_out_of_reach_is_401_not_500(partner, issuer, calls):
+    token = issuer.token()
+    issuer.server.shutdown()
+    issuer.server.server_close()  # its discovery document can no longer be read
+    response = send(bearer(token))
+    assert response.status_code == 401, response.content
+    assert "discovery document could not be read" in response.json()["error"]["message"]
+    assert not AgentRun.objects.exists() and calls() == []
+    event = AuditEvent.objects.filter(event_type="a2a.partner.request").latest("seq")
+    assert (event.result, event.details["status"]) == ("BLOCKED", 401)
