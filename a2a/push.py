@@ -97,7 +97,7 @@ def register(partner, row, config, *, tenant="", baseline=None):
     )
 
     def queue():
-        _seen.pop(trace_id, None)  # (this process's memo of the trace is out of date)
+        _seen.pop(trace_id, None)  # (what this process remembered is out of date)
         enqueue(PUSH_TASK, [stored.pk])
 
     transaction.on_commit(queue)
@@ -119,19 +119,21 @@ def forget(partner, configs, config_id):
 
 def on_audit(sender, events, **kwargs):
     """audit_recorded's receiver: queue `a2a.push` for the webhooks of the tasks whose traces
-    the events name (its own events aside: they change no task)."""
-    for trace in {item.trace_id for item in events if not item.event_type.startswith(AUDITED)}:
+    the events name. Only a partner's task has webhooks, and every event of its workflow names
+    the partner (Authority.audit_details); the host's own work costs nothing here, nor do this
+    module's events (they name none)."""
+    for trace in {item.trace_id for item in events if item.details.get("partner")}:
         for pk in _webhooks_of(trace):
             enqueue(PUSH_TASK, [pk])
 
 
-_seen = {}  # trace → (until, the live webhooks' pks): a run's events come in bursts
+_seen = {}  # trace → (until, its live webhooks' pks): a run's events come in bursts
 
 
 def _webhooks_of(trace):
     """The live webhooks of the task whose trace is `trace`, as this process saw them at most
     SEEN_FOR seconds ago: a webhook registered meanwhile was queued by `register`, and a change
-    this misses is recorded with the next one (or by the sweep)."""
+    this misses is recorded with the next one, or by the sweep."""
     now = time.monotonic()
     until, pks = _seen.get(trace, (0, ()))
     if until > now:
