@@ -8,7 +8,15 @@ import sys
 
 from tests.processes import ROOT
 
-HEAVY = ("litellm", "mcp", "mcp_types", "httpx2", "mcplets.registration", "twisted")
+HEAVY = (
+    "litellm",
+    "mcp",
+    "mcp_types",
+    "httpx2",
+    "mcplets.registration",
+    "twisted",
+    "redis.asyncio",
+)
 PROBE = f"""
 import sys
 import django
