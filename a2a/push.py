@@ -164,7 +164,11 @@ def record(config):
     """The task's changes since the webhook was last told, as its next deliveries."""
     try:
         with transaction.atomic():
-            config = PushConfig.objects.select_for_update().select_related("task").get(pk=config.pk)
+            config = (
+                PushConfig.objects.select_for_update(of=("self",))
+                .select_related("task")
+                .get(pk=config.pk)
+            )
             task = wire.task(config.task)
             events = wire.changes(config.last_status, task)
             if events and task["status"]["state"] in wire.FINAL_STATES:
