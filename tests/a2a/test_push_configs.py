@@ -24,13 +24,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 AUTHORIZATION, TOKEN = "Bearer hook-secret-2", "notification-token-2"
 
 
-@pytest.fixture(scope="module")
-def peer():
-    client = sdk.Client()
-    yield client
-    client.close()
-
-
 @pytest.fixture
 def partner(registry, script):
     partner = registry["partner"]

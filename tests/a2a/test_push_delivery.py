@@ -5,8 +5,6 @@ StreamResponse and checking its credentials). The webhook hears working → auth
 once a person approved, working → the artifact → completed → the final Task, in order, without
 the partner polling; its first POST fails and the worker sends the very same body again."""
 
-import os
-
 import pytest
 
 from a2a.models import PartnerKey, PushDelivery
@@ -16,39 +14,14 @@ from tests import processes
 from tests.a2a.test_standard_bindings import dispatch_script, user_message
 from tests.a2a.test_standard_streaming import states
 from tests.a2a_sdk import sdk
-from tests.processes import celery_worker, daphne, wait_until
+from tests.processes import wait_until
 
-script, scripts = processes.script, processes.scripts
+script = processes.script  # in a folder the host processes know from the start
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
-NAMESPACE = f"a2a-push-{os.getpid()}"
+HOST_ENVIRONMENT = {"MCPLET_A2A_PUSH_BACKOFF": "1"}  # retries after 1 s, 2 s…
 AUTHORIZATION, TOKEN = "Bearer hook-secret-1", "notification-token-1"
-
-
-@pytest.fixture(scope="module")
-def host(django_db_setup, django_db_blocker, scripts, tmp_path_factory):
-    environment = {
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "MCPLET_TEST_NAMESPACE": NAMESPACE,
-        "MCPLET_SCRIPT_DIRS": str(scripts),
-        "MCPLET_A2A_WAIT": "0",
-        "MCPLET_A2A_PUSH_BACKOFF": "1",
-    }
-    logs = tmp_path_factory.mktemp("host")
-    with (
-        django_db_blocker.unblock(),
-        daphne(logs / "daphne.log", **environment) as url,
-        celery_worker(logs / "worker.log", **environment),
-    ):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def peer():
-    client = sdk.Client()
-    yield client
-    client.close()
 
 
 def taken(received):

@@ -24,13 +24,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 BINDINGS = ["JSONRPC", "HTTP+JSON"]
 
 
-@pytest.fixture(scope="module")
-def peer():
-    client = sdk.Client()
-    yield client
-    client.close()
-
-
 @pytest.fixture
 def partner(registry):
     partner = registry["partner"]

@@ -4,8 +4,6 @@ live_server is WSGI, which cannot stream). The unmodified a2a-sdk client streams
 waits for a person: working → auth-required, the approval, then working → completed and the
 artifact, each pushed as it happens; a subscriber after the end is told it has ended."""
 
-import os
-
 import pytest
 
 from a2a.models import PartnerKey
@@ -13,39 +11,11 @@ from a2a.schemas import validate
 from held.models import Ceremony
 from tests import processes
 from tests.a2a.test_standard_bindings import dispatch_script, user_message
-from tests.a2a_sdk import sdk
-from tests.processes import celery_worker, daphne
 
 # Scripts in a folder the module's host processes know from the start.
-script, scripts = processes.script, processes.scripts
+script = processes.script
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
-
-NAMESPACE = f"a2a-streaming-{os.getpid()}"
-
-
-@pytest.fixture(scope="module")
-def host(django_db_setup, django_db_blocker, scripts, tmp_path_factory):
-    environment = {
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "MCPLET_TEST_NAMESPACE": NAMESPACE,
-        "MCPLET_SCRIPT_DIRS": str(scripts),
-        "MCPLET_A2A_WAIT": "0",
-    }
-    logs = tmp_path_factory.mktemp("host")
-    with (
-        django_db_blocker.unblock(),
-        daphne(logs / "daphne.log", **environment) as url,
-        celery_worker(logs / "worker.log", **environment),
-    ):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def peer():
-    client = sdk.Client()
-    yield client
-    client.close()
 
 
 def states(events):
