@@ -445,8 +445,9 @@ def finish(run, status, *, result=None, error=None):
         # A call it held and nobody decided yet must not run for a run that has ended (one that
         # broke after holding it): it is rejected, and its continuation finds the run ended.
         held = Ceremony.objects.pending().filter(continuation_ref__startswith=f"{run.pk}:")
-        for ceremony in held:
-            ceremony.decline(Ceremony.Status.REJECTED)
+        if held.exists():  # rarely any: half the CPU of selecting all 29 columns of none
+            for ceremony in held:
+                ceremony.decline(Ceremony.Status.REJECTED)
         if run.request is not None:
             bus.respond(
                 run.request,
