@@ -156,7 +156,13 @@ def respond(request, status, *, result=None, error=None):
 
 
 def mark_delivered(row):
-    if A2AMessage.objects.filter(pk=row.pk, state=A2AMessage.State.QUEUED).update(
-        state=A2AMessage.State.DELIVERED, delivered_at=timezone.now()
+    """True for the one delivery that marks the request delivered: a concurrent copy waits on
+    the row until its transaction ends, then finds it marked."""
+    now = timezone.now()
+    if not A2AMessage.objects.filter(pk=row.pk, state=A2AMessage.State.QUEUED).update(
+        state=A2AMessage.State.DELIVERED, delivered_at=now
     ):
-        metrics.bus_message("delivered")  # once, however often a delivery is redelivered
+        return False
+    row.state, row.delivered_at = A2AMessage.State.DELIVERED, now
+    metrics.bus_message("delivered")  # once, however often a delivery is redelivered
+    return True

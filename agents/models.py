@@ -419,17 +419,19 @@ class AgentRun(models.Model):
     def total_tokens(self):
         return self.prompt_tokens + self.completion_tokens
 
+    @staticmethod
+    def lease_end(now):
+        """When a lease taken at `now` runs out (a dead worker's lease simply expires)."""
+        return now + timedelta(seconds=settings.MCPLET_RUN_LEASE)
+
     @classmethod
     def claim(cls, run_id, owner):
-        """Take the run's lease so one worker at a time advances it (a dead worker's lease
-        simply expires). True if taken."""
+        """Take the run's lease so one worker at a time advances it. True if taken."""
         now = timezone.now()
         return bool(
             cls.objects.filter(pk=run_id, status=cls.Status.RUNNING)
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
-            .update(
-                lease_until=now + timedelta(seconds=settings.MCPLET_RUN_LEASE), lease_owner=owner
-            )
+            .update(lease_until=cls.lease_end(now), lease_owner=owner)
         )
 
     @classmethod

@@ -38,10 +38,12 @@ def deliver(message_id, signature):
     if reason:
         bus.refuse(message_id, request, reason, code)
         return
-    with transaction.atomic():  # one commit for the run and the request's new state
-        run = runner.start(request, recipient)
-        bus.mark_delivered(request)
-    runner.advance(run.pk)
+    with transaction.atomic():  # one commit for the request's new state and its run
+        run = runner.start(request, recipient) if bus.mark_delivered(request) else None
+    if run is not None:
+        runner.advance_started(run)
+    elif run_id := AgentRun.objects.filter(request=request).values_list("pk", flat=True).first():
+        runner.advance(run_id)  # a redelivery: the run goes on if no live worker holds it
 
 
 @shared_task(name="agents.advance_run", acks_late=True, ignore_result=True)

@@ -378,7 +378,7 @@ def check_responses(ids, label):
 
 STAGES = (
     ("queue", "request insert → run started (commit, publish, broker, worker, auth, look-ups)"),
-    ("run", "run started → finish() (mark delivered, load run, claim lease, handler)"),
+    ("run", "run started → finish() (its commit, the handler)"),
     ("respond", "finish() → response inserted (save run, build + validate response)"),
     ("audit", "response inserted → audit event (commit, mark answered, chain lock)"),
     ("server", "request insert → response inserted (server-side latency)"),

@@ -142,7 +142,7 @@ def test_a_redelivered_run_follows_the_remote_task_it_already_sent(peer, registr
     url, credentials = outbound.jsonrpc_url(oracle.remote_card), oracle.credentials
     task = outbound.send_message(url, credentials, message)["task"]
     run = runner.start(request, oracle)
-    run.transcript = [task]
+    run.transcript, run.lease_until = [task], None  # the dead worker's lease ran out
     run.save()
 
     runner.advance(run.pk)

@@ -13,7 +13,6 @@ from django.test import Client
 from django.urls import reverse
 
 from a2a import bus
-from agents import runner
 from agents.models import Agent, AgentRun
 from mcplet_host.asgi import application
 
@@ -50,7 +49,8 @@ def setup(world, script):
         backoff_seconds=0,
     )
     director.targets.add(world.info)
-    run = runner.start(bus.send_task("planning-agent", "info-gathering-agent", {}), world.info)
+    # Delivered at once (eager tasks): its run exists, and is set running below.
+    run = AgentRun.objects.get(request=bus.send_task("planning-agent", "info-gathering-agent", {}))
     AgentRun.objects.filter(pk=run.pk).update(status=AgentRun.Status.RUNNING)
     world.controls = {
         "run-director": director.pk,
