@@ -196,7 +196,8 @@ class Ceremony(models.Model):
     continuation = models.CharField(
         max_length=200, blank=True, help_text="Celery task told (with this id) once it is final."
     )
-    continuation_ref = models.CharField(max_length=100, blank=True)
+    # Indexed: a run's end looks for the calls it still holds by this prefix (runner.finish).
+    continuation_ref = models.CharField(max_length=100, blank=True, db_index=True)
     elicitations = models.JSONField(
         default=list,
         blank=True,
