@@ -4,11 +4,13 @@ version token (`mcplet_host.registry`: every write to a pool, server, MCPlet, ag
 moves it) and only postings of those ids are scored, so the index never returns a tool outside
 it, nor one the registry changed since."""
 
+import functools
 import math
 import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django.db.models import Q
 
@@ -76,25 +78,89 @@ def search(candidates, query, strategy="keyword", limit=5, categories=(), risk_l
 
 
 def keyword(kept, ids, query, limit):
-    """BM25 over the postings of the MCPlets `ids`: each query term's idf (from the whole
-    index) times the stored term weight, summed per MCPlet."""
+    """BM25 over the postings of the MCPlets `ids`, the best `limit` as (Mcplet, relevance)."""
+    documents = len(kept.ids(Mcplet.objects.all())) if ids else 0
+    postings = lambda terms: _postings(kept, terms)  # noqa: E731
+    top = rank(postings, lambda: _operations(kept), documents, ids, query, limit)
+    tools = Mcplet.objects.select_related("server").in_bulk([pk for pk, _ in top])
+    return [(tools[pk], relevance) for pk, relevance in top]
+
+
+def rank(postings, operations, documents, ids, query, limit):
+    """The best `limit` of `ids` as (id, relevance 0..1): each query term's idf (over the
+    `documents` of the whole index) times the stored term weight, summed per id. `postings`
+    maps terms to {id: weight} for those of them the index holds; `operations()` maps ids to
+    `Operation`s, and the result is one tool per operation (`distinct`)."""
     wanted = Counter(text.terms(query)[: MAX_QUERY_TERMS * 4])
     wanted = Counter(dict(wanted.most_common(MAX_QUERY_TERMS)))
     if not wanted or limit <= 0 or not ids:
         return []
-    documents = len(kept.ids(Mcplet.objects.all()))
     scores = Counter()
     best = 0.0
-    for term, postings in _postings(kept, wanted).items():
-        idf = math.log(1 + max(documents - len(postings) + 0.5, 0.5) / (len(postings) + 0.5))
+    for term, found in postings(list(wanted)).items():
+        idf = math.log(1 + max(documents - len(found) + 0.5, 0.5) / (len(found) + 0.5))
         idf *= wanted[term]
         best += idf * (K1 + 1)  # every term present, saturated: relevance 1
-        for mcplet, weight in postings.items():
+        for mcplet, weight in found.items():
             if mcplet in ids:
                 scores[mcplet] += weight * idf
-    top = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:limit]
-    tools = Mcplet.objects.select_related("server").in_bulk([pk for pk, _ in top])
-    return [(tools[pk], round(min(score / best, 1.0), 4)) for pk, score in top]
+    top = distinct(scores, operations() if scores else {}, set(wanted), limit)
+    return [(pk, round(min(score / best, 1.0), 4)) for pk, score in top]
+
+
+def distinct(scores, operations, words, limit):
+    """The best `limit` operations (each scored as its best tool), each as (tool, score); then,
+    if fewer operations match, the other tools in order. The same tool of many servers (one
+    per vendor or region) would otherwise fill the answer and hide the other things the query
+    may mean; the model calls one tool anyway, and asks for a server by naming it. An
+    operation's tool is the one of the server the query names (`words`), else its best."""
+    groups = {}
+    for pk, score in scores.items():
+        groups.setdefault(operations[pk].name, []).append((pk, score))
+    best = {name: max(score for _, score in group) for name, group in groups.items()}
+    ranked = sorted(groups, key=lambda name: (-best[name], min(groups[name])[0]))
+    chosen = []
+    for name in ranked[:limit]:
+        pk, _ = max(groups[name], key=lambda i: (operations[i[0]].named(words), i[1], -i[0]))
+        chosen.append((pk, best[name]))
+    if len(chosen) < limit:
+        taken = {pk for pk, _ in chosen}
+        rest = sorted((-score, pk) for pk, score in scores.items() if pk not in taken)
+        chosen += [(pk, -score) for score, pk in rest[: limit - len(chosen)]]
+    return chosen
+
+
+class Operation(NamedTuple):
+    """What a tool does, whichever server offers it (its name without its server's name in
+    front: `jira_eu_create_issue` of server `jira-eu` and `create_issue` of `github` alike),
+    and the words of its server's name."""
+
+    name: str
+    server: frozenset
+
+    @classmethod
+    def of(cls, name, server):
+        prefix, words = _server(server)
+        name = name.lower()
+        if name.startswith(prefix) and len(name) > len(prefix):
+            name = name[len(prefix) :]
+        return cls(name, words)
+
+    def named(self, words):
+        """How much of its server's name is among `words` (0..1)."""
+        return len(self.server & words) / len(self.server) if self.server else 0.0
+
+
+@functools.lru_cache(maxsize=4096)  # servers are few, their tools many
+def _server(name):
+    prefix = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + "_"
+    return prefix, frozenset(text.words(name))
+
+
+def _operations(kept):
+    """{MCPlet id: Operation} for every MCPlet, read once per registry token."""
+    rows = Mcplet.objects.values_list("pk", "name", "server__name")
+    return kept.kept("operations", lambda: {pk: Operation.of(n, s) for pk, n, s in rows})
 
 
 def _postings(kept, terms):

@@ -29,14 +29,24 @@ STOPWORDS = frozenset(
 def terms(text):
     """The terms of `text`, in order, repeats kept (their count is the term frequency), then
     the concepts it names (`toolindex.lexicon`)."""
+    found, text = _split(text)
+    return found + concepts(found, text)
+
+
+def words(text):
+    """The terms of `text` without the concepts."""
+    return _split(text)[0]
+
+
+def _split(text):
+    """The words of `text` and the text normalised."""
     if not text:
-        return []
+        return [], ""
     text = unicodedata.normalize("NFKC", str(text))
     # camelCase is split, and a word so split is kept whole too: "GitHub" is github, git, hub.
     joined = [w.lower() for w in _ASCII_WORD.findall(text) if _CAMEL.search(w)]
     text = _CAMEL.sub(" ", text).lower()
-    found = _words(text) + [stem(w)[:MAX_TERM] for w in joined]
-    return found + concepts(found, text)
+    return _words(text) + [stem(w)[:MAX_TERM] for w in joined], text
 
 
 def _words(text):

@@ -130,3 +130,21 @@ def test_semantic_falls_back_to_keyword_and_says_so(workspace):
 @pytest.mark.parametrize("query", ["", "   ", "\x00", "\ud800", "の", "a the of", "x" * 5000])
 def test_queries_that_say_nothing_find_nothing(workspace, query):
     assert names(workspace["assistant"], query) == []
+
+
+def test_one_tool_per_operation_and_the_server_the_query_names():
+    """The same tool of many servers (vendors, regions) takes one place in an answer, shown
+    through the server the query names; only when fewer operations match do the others follow."""
+    tools = [("jira_create_issue", "jira"), ("jira_eu_create_issue", "jira-eu")]
+    tools += [("create_issue", "linear"), ("jira_list_issues", "jira")]
+    operations = {pk: search.Operation.of(*tool) for pk, tool in enumerate(tools)}
+    assert {o.name for o in operations.values()} == {"create_issue", "list_issues"}
+    scores = {0: 3.0, 1: 2.9, 2: 2.0, 3: 1.0}
+    assert search.distinct(scores, operations, {"bug"}, 2) == [(0, 3.0), (3, 1.0)]
+    assert search.distinct(scores, operations, {"linear"}, 2) == [(2, 3.0), (3, 1.0)]
+    assert search.distinct(scores, operations, {"bug"}, 4) == [
+        (0, 3.0),
+        (3, 1.0),
+        (1, 2.9),
+        (2, 2.0),
+    ]
