@@ -2,9 +2,10 @@
 
 Latin words are lower-cased, split at `snake_case`, `camelCase` and punctuation, and lightly
 stemmed ("events" and "event", "refunding" and "refund" meet). Japanese has no spaces: a run of
-kanji and katakana (and the hiragana inside it) gives its character bigrams, the usual
-dictionary-free way to index CJK text; bigrams of hiragana alone are grammar (します, ですか)
-and are left out."""
+kanji and katakana (and the hiragana inside it), cut at its particles (を, の, に…), gives its
+character bigrams, the usual dictionary-free way to index CJK text; bigrams of hiragana alone
+are grammar (します, ですか) and are left out, as are those across a particle (課題を起票: 課題,
+起票, not 題を nor を起), which match any text that happens to use the same particle."""
 
 import functools
 import re
@@ -17,6 +18,8 @@ _WORD = re.compile(r"[a-z0-9]+|[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\u30fc々
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 _HIRAGANA = re.compile(r"^[\u3040-\u309f\u30fc]+$")
+# Particles: the nearest thing Japanese has to spaces between words.
+_PARTICLES = re.compile(r"[をはがにでのとへもや]")
 _SPACES = re.compile(r"[\s_\-]+")
 STOPWORDS = frozenset(
     """a an and are as at be by can do does did for from get i in into is it me my of on or our
@@ -55,14 +58,15 @@ def _words(text):
         if word[0].isascii():
             if word not in STOPWORDS:
                 found.append(stem(word)[:MAX_TERM])
-        elif len(word) == 1:
-            found.append(word)
         else:
-            found.extend(
-                pair
-                for pair in (word[i : i + 2] for i in range(len(word) - 1))
-                if not _HIRAGANA.match(pair)
-            )
+            for part in _PARTICLES.split(word):
+                if len(part) == 1 and not _HIRAGANA.match(part):
+                    found.append(part)
+                found.extend(
+                    pair
+                    for pair in (part[i : i + 2] for i in range(len(part) - 1))
+                    if not _HIRAGANA.match(pair)
+                )
     return found
 
 

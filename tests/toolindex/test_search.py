@@ -9,7 +9,7 @@ from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
 from pools.models import Mcplet
 from tests.toolindex.conftest import described, workspace_tools
-from toolindex import search
+from toolindex import search, text
 from toolindex.models import Posting
 
 pytestmark = pytest.mark.django_db
@@ -148,3 +148,9 @@ def test_one_tool_per_operation_and_the_server_the_query_names():
         (1, 2.9),
         (2, 2.0),
     ]
+
+
+def test_japanese_is_cut_at_its_particles():
+    found = text.terms("Jiraにバグの課題を起票して")
+    assert {"jira", "バグ", "課題", "起票"} <= set(found)
+    assert not {"にバ", "グの", "題を", "を起"} & set(found)
