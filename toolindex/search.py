@@ -89,8 +89,9 @@ def keyword(kept, ids, query, limit):
 def rank(postings, operations, documents, ids, query, limit):
     """The best `limit` of `ids` as (id, relevance 0..1): each query term's idf (over the
     `documents` of the whole index) times the stored term weight, summed per id. `postings`
-    maps terms to {id: weight} for those of them the index holds; `operations()` maps ids to
-    `Operation`s, and the result is one tool per operation (`distinct`)."""
+    maps terms to {id: weight} for those of them the index holds; `operations()` gives
+    ({id: Operation}, the words of server names), and the result is one tool per operation
+    (`distinct`)."""
     wanted = Counter(text.terms(query)[: MAX_QUERY_TERMS * 4])
     wanted = Counter(dict(wanted.most_common(MAX_QUERY_TERMS)))
     if not wanted or limit <= 0 or not ids:
@@ -104,7 +105,8 @@ def rank(postings, operations, documents, ids, query, limit):
         for mcplet, weight in found.items():
             if mcplet in ids:
                 scores[mcplet] += weight * idf
-    top = distinct(scores, operations() if scores else {}, set(wanted), limit)
+    operations, servers = operations() if scores else ({}, frozenset())
+    top = distinct(scores, operations, servers & set(wanted), limit)
     return [(pk, round(min(score / best, 1.0), 4)) for pk, score in top]
 
 
@@ -113,21 +115,22 @@ def distinct(scores, operations, words, limit):
     if fewer operations match, the other tools in order. The same tool of many servers (one
     per vendor or region) would otherwise fill the answer and hide the other things the query
     may mean; the model calls one tool anyway, and asks for a server by naming it. An
-    operation's tool is the one of the server the query names (`words`), else its best."""
-    groups = {}
-    for pk, score in scores.items():
-        groups.setdefault(operations[pk].name, []).append((pk, score))
-    best = {name: max(score for _, score in group) for name, group in groups.items()}
-    ranked = sorted(groups, key=lambda name: (-best[name], min(groups[name])[0]))
-    chosen = []
-    for name in ranked[:limit]:
-        pk, _ = max(groups[name], key=lambda i: (operations[i[0]].named(words), i[1], -i[0]))
-        chosen.append((pk, best[name]))
-    if len(chosen) < limit:
-        taken = {pk for pk, _ in chosen}
-        rest = sorted((-score, pk) for pk, score in scores.items() if pk not in taken)
-        chosen += [(pk, -score) for score, pk in rest[: limit - len(chosen)]]
-    return chosen
+    operation's tool is the one of the server the query names (`words` of server names),
+    else its best."""
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    best = {}  # operation → its best (id, score), best first
+    for pk, score in ranked:
+        best.setdefault(operations[pk].name, (pk, score))
+        if len(best) == limit:
+            break
+    shown = {name: (operations[pk].named(words), score, -pk) for name, (pk, score) in best.items()}
+    for pk, score in ranked if words else ():
+        operation = operations[pk]
+        if operation.name in shown and operation.server & words:
+            shown[operation.name] = max(shown[operation.name], (operation.named(words), score, -pk))
+    chosen = [(-shown[name][2], score) for name, (_, score) in best.items()]
+    taken = {pk for pk, _ in chosen}
+    return chosen + [item for item in ranked if item[0] not in taken][: limit - len(chosen)]
 
 
 class Operation(NamedTuple):
@@ -158,9 +161,15 @@ def _server(name):
 
 
 def _operations(kept):
-    """{MCPlet id: Operation} for every MCPlet, read once per registry token."""
-    rows = Mcplet.objects.values_list("pk", "name", "server__name")
-    return kept.kept("operations", lambda: {pk: Operation.of(n, s) for pk, n, s in rows})
+    """{MCPlet id: Operation} for every MCPlet, and every word of their servers' names, read
+    once per registry token."""
+
+    def read():
+        rows = Mcplet.objects.values_list("pk", "name", "server__name")
+        operations = {pk: Operation.of(name, server) for pk, name, server in rows}
+        return operations, frozenset().union(*(o.server for o in operations.values()))
+
+    return kept.kept("operations", read)
 
 
 def _postings(kept, terms):
