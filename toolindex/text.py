@@ -21,6 +21,9 @@ _HIRAGANA = re.compile(r"^[\u3040-\u309f\u30fc]+$")
 # Particles: the nearest thing Japanese has to spaces between words.
 _PARTICLES = re.compile(r"[をはがにでのとへもや]")
 _SPACES = re.compile(r"[\s_\-]+")
+# A web address names a web page; a file name with its extension (report.docx, a/b.yaml), a file.
+_URL = re.compile(r"\b(?:https?://|www\.)\S+")
+_FILE_NAME = re.compile(r"(?<![@\w.])[\w-]+\.[a-z][a-z0-9]{1,4}\b(?![.@\w])")
 STOPWORDS = frozenset(
     """a an and are as at be by can do does did for from get i in into is it me my of on or our
     please the their them this that these those to us want we with you your which what some any
@@ -78,7 +81,9 @@ def concepts(words, text):
     spaced = f" {_SPACES.sub(' ', text)} "
     for phrase, concept in by_phrase:
         found += [concept] * spaced.count(f" {phrase} " if phrase.isascii() else phrase)
-    return found
+    urls = len(_URL.findall(text))
+    files = len(_FILE_NAME.findall(_URL.sub(" ", text)))
+    return found + ["~webpage"] * urls + ["~file"] * files
 
 
 @functools.cache

@@ -154,3 +154,9 @@ def test_japanese_is_cut_at_its_particles():
     found = text.terms("Jiraにバグの課題を起票して")
     assert {"jira", "バグ", "課題", "起票"} <= set(found)
     assert not {"にバ", "グの", "題を", "を起"} & set(found)
+
+
+def test_a_file_name_names_a_file_and_a_web_address_a_page():
+    assert "~file" in text.terms("what's in config/settings.yaml")
+    assert "~webpage" in text.terms("the text of https://example.com/pricing")
+    assert "~file" not in text.terms("mail jane@example.com about v1.4.0")
