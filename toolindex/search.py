@@ -26,6 +26,11 @@ STRATEGIES = ("keyword", "semantic", "category")
 RISK_LEVELS = {"read": "safe", "prepare": "moderate", "action": "dangerous"}
 RISK_ORDER = ("safe", "moderate", "dangerous")
 MAX_QUERY_TERMS = 32
+# How much a query term counts. A concept (`toolindex.lexicon`) is what was meant, whichever
+# word or language said it: without more weight, the same word in a tool's text would match
+# twice as well as a synonym or a translation. A Japanese word of n characters is n - 1
+# bigrams: each counts half, or a Japanese query would outweigh the one English word it holds.
+CONCEPT_WEIGHT, BIGRAM_WEIGHT = 2.0, 0.5
 
 
 @dataclass
@@ -100,7 +105,7 @@ def rank(postings, operations, documents, ids, query, limit):
     best = 0.0
     for term, found in postings(list(wanted)).items():
         idf = math.log(1 + max(documents - len(found) + 0.5, 0.5) / (len(found) + 0.5))
-        idf *= wanted[term]
+        idf *= wanted[term] * _weight(term)
         best += idf * (K1 + 1)  # every term present, saturated: relevance 1
         for mcplet, weight in found.items():
             if mcplet in ids:
@@ -108,6 +113,12 @@ def rank(postings, operations, documents, ids, query, limit):
     operations, servers = operations() if scores else ({}, frozenset())
     top = distinct(scores, operations, servers & set(wanted), limit)
     return [(pk, round(min(score / best, 1.0), 4)) for pk, score in top]
+
+
+def _weight(term):
+    if term.startswith("~"):
+        return CONCEPT_WEIGHT
+    return BIGRAM_WEIGHT if len(term) == 2 and not term.isascii() else 1.0
 
 
 def distinct(scores, operations, words, limit):
