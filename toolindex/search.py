@@ -10,6 +10,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from django.db.models import Q
@@ -95,8 +96,8 @@ def rank(postings, operations, documents, ids, query, limit):
     """The best `limit` of `ids` as (id, relevance 0..1): each query term's idf (over the
     `documents` of the whole index) times the stored term weight, summed per id. `postings`
     maps terms to {id: weight} for those of them the index holds; `operations()` gives
-    ({id: Operation}, the words of server names), and the result is one tool per operation
-    (`distinct`)."""
+    ({id: Operation}, {word of a server's name: ids of its tools}), and the result is one tool
+    per operation (`distinct`)."""
     wanted = Counter(text.terms(query)[: MAX_QUERY_TERMS * 4])
     wanted = Counter(dict(wanted.most_common(MAX_QUERY_TERMS)))
     if not wanted or limit <= 0 or not ids:
@@ -110,8 +111,15 @@ def rank(postings, operations, documents, ids, query, limit):
         for mcplet, weight in found.items():
             if mcplet in ids:
                 scores[mcplet] += weight * idf
-    operations, servers = operations() if scores else ({}, frozenset())
-    top = distinct(scores, operations, servers & set(wanted), limit)
+    operations, servers = operations() if scores else ({}, {})
+    words = set(wanted)
+    named = {
+        pk: operations[pk].named(words)
+        for word in words & servers.keys()
+        for pk in servers[word]
+        if pk in scores
+    }
+    top = distinct(scores, operations, named, limit)
     return [(pk, round(min(score / best, 1.0), 4)) for pk, score in top]
 
 
@@ -121,24 +129,24 @@ def _weight(term):
     return BIGRAM_WEIGHT if len(term) == 2 and not term.isascii() else 1.0
 
 
-def distinct(scores, operations, words, limit):
+def distinct(scores, operations, named, limit):
     """The best `limit` operations (each scored as its best tool), each as (tool, score); then,
     if fewer operations match, the other tools in order. The same tool of many servers (one
     per vendor or region) would otherwise fill the answer and hide the other things the query
     may mean; the model calls one tool anyway, and asks for a server by naming it. An
-    operation's tool is the one of the server the query names (`words` of server names),
-    else its best."""
-    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    operation's tool is the one of the server the query names most (`named`: id → how much,
+    for the tools of servers it names), else its best."""
+    ranked = sorted(sorted(scores.items()), key=itemgetter(1), reverse=True)  # ties: by id
     best = {}  # operation → its best (id, score), best first
     for pk, score in ranked:
         best.setdefault(operations[pk].name, (pk, score))
         if len(best) == limit:
             break
-    shown = {name: (operations[pk].named(words), score, -pk) for name, (pk, score) in best.items()}
-    for pk, score in ranked if words else ():
-        operation = operations[pk]
-        if operation.name in shown and operation.server & words:
-            shown[operation.name] = max(shown[operation.name], (operation.named(words), score, -pk))
+    shown = {name: (named.get(pk, 0.0), score, -pk) for name, (pk, score) in best.items()}
+    for pk, share in named.items():
+        name = operations[pk].name
+        if name in shown:
+            shown[name] = max(shown[name], (share, scores[pk], -pk))
     chosen = [(-shown[name][2], score) for name, (_, score) in best.items()]
     taken = {pk for pk, _ in chosen}
     return chosen + [item for item in ranked if item[0] not in taken][: limit - len(chosen)]
@@ -172,15 +180,22 @@ def _server(name):
 
 
 def _operations(kept):
-    """{MCPlet id: Operation} for every MCPlet, and every word of their servers' names, read
-    once per registry token."""
+    """({MCPlet id: Operation} for every MCPlet, {word of a server's name: ids of its tools}),
+    read once per registry token."""
 
-    def read():
-        rows = Mcplet.objects.values_list("pk", "name", "server__name")
-        operations = {pk: Operation.of(name, server) for pk, name, server in rows}
-        return operations, frozenset().union(*(o.server for o in operations.values()))
+    rows = Mcplet.objects.values_list("pk", "name", "server__name")
+    return kept.kept("operations", lambda: operations_of(rows))
 
-    return kept.kept("operations", read)
+
+def operations_of(rows):
+    """({id: Operation}, {word of a server's name: ids of its tools}) of (id, tool name,
+    server name) rows."""
+    operations = {pk: Operation.of(name, server) for pk, name, server in rows}
+    servers = {}
+    for pk, operation in operations.items():
+        for word in operation.server:
+            servers.setdefault(word, []).append(pk)
+    return operations, servers
 
 
 def _postings(kept, terms):

@@ -135,19 +135,22 @@ def test_queries_that_say_nothing_find_nothing(workspace, query):
 def test_one_tool_per_operation_and_the_server_the_query_names():
     """The same tool of many servers (vendors, regions) takes one place in an answer, shown
     through the server the query names; only when fewer operations match do the others follow."""
-    tools = [("jira_create_issue", "jira"), ("jira_eu_create_issue", "jira-eu")]
-    tools += [("create_issue", "linear"), ("jira_list_issues", "jira")]
-    operations = {pk: search.Operation.of(*tool) for pk, tool in enumerate(tools)}
-    assert {o.name for o in operations.values()} == {"create_issue", "list_issues"}
-    scores = {0: 3.0, 1: 2.9, 2: 2.0, 3: 1.0}
-    assert search.distinct(scores, operations, {"bug"}, 2) == [(0, 3.0), (3, 1.0)]
-    assert search.distinct(scores, operations, {"linear"}, 2) == [(2, 3.0), (3, 1.0)]
-    assert search.distinct(scores, operations, {"bug"}, 4) == [
-        (0, 3.0),
-        (3, 1.0),
-        (1, 2.9),
-        (2, 2.0),
-    ]
+    rows = [(0, "jira_create_issue", "jira"), (1, "jira_eu_create_issue", "jira-eu")]
+    rows += [(2, "create_issue", "linear"), (3, "jira_list_issues", "jira")]
+    operations = search.operations_of(rows)
+    assert {o.name for o in operations[0].values()} == {"create_issue", "list_issues"}
+    index = {term: {0: 1.0, 1: 0.9, 2: 0.6} for term in text.terms("create")}
+    index |= {term: {0: 1.0, 1: 0.9, 2: 0.6, 3: 1.0} for term in text.terms("issue")}
+
+    def found(query, limit):
+        postings = lambda terms: {t: index[t] for t in terms if t in index}  # noqa: E731
+        return [
+            pk for pk, _ in search.rank(postings, lambda: operations, 9, {0, 1, 2, 3}, query, limit)
+        ]
+
+    assert found("create an issue", 2) == [0, 3]
+    assert found("create an issue in Linear", 2) == [2, 3]
+    assert found("create an issue", 4) == [0, 3, 1, 2]
 
 
 def test_japanese_is_cut_at_its_particles():
