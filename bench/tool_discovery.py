@@ -13,7 +13,8 @@ grants every pool to one agent, and then, through `toolindex.search` over `gatew
   (L0), against the two meta-tools plus the full schemas of the `--limit` tools one discovery
   returns (L2, counted generously: the found tools are in the tool result of that turn);
 * **recall@1 and recall@5** over the labelled queries (a query is right when one of the tools a
-  person would expect is among the first k);
+  person would expect is among the first k), and recall@5 of each half of them (`half`: the
+  search is tuned on the first and checked on the second);
 * **query latency** p50/p95 of a whole search (the registry token, the visible ids, the terms'
   postings, BM25, loading the found MCPlets), each query `--repeat` times; `first p95` is the
   first pass alone, when each term's postings are read from the database (they are then kept
@@ -28,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
@@ -83,6 +85,12 @@ def _discovered(kind, tool):
     )
 
 
+def half(query):
+    """0 for the queries the search may be tuned on, 1 for those it is checked on: a stable
+    split by the query's text."""
+    return zlib.crc32(query.encode()) % 2
+
+
 def measure(size, args):
     from agents import llm, toolset
     from mcplet_host import gateway
@@ -96,6 +104,7 @@ def measure(size, args):
     all_tokens = llm.schema_tokens([toolset.spec(m) for m in visible])
 
     hits1 = hits5 = 0
+    halves = [[0, 0], [0, 0]]  # per half: queries, hits@5
     latencies, first, found_tokens = [], [], []
     for item in labelled:
         for repeat in range(args.repeat):
@@ -108,6 +117,8 @@ def measure(size, args):
         expected = set(item["expected"])
         hits1 += bool(names[:1] and names[0] in expected)
         hits5 += bool(expected & set(names[:5]))
+        halves[half(item["query"])][0] += 1
+        halves[half(item["query"])][1] += bool(expected & set(names[:5]))
         found_tokens.append(llm.schema_tokens([toolset.spec(m) for m, _ in found.tools]))
     discovery_tokens = llm.schema_tokens(toolset.meta_specs()) + sum(found_tokens) / len(labelled)
     timing, cold = common.stats(latencies), common.stats(first)
@@ -120,6 +131,7 @@ def measure(size, args):
         "discovery_tokens": discovery_tokens,
         "recall1": hits1 / len(labelled),
         "recall5": hits5 / len(labelled),
+        "halves": [hits / max(queries, 1) for queries, hits in halves],
         "p50": timing["median"],
         "p95": timing["p95"],
         "cold_p95": cold["p95"],
@@ -140,17 +152,18 @@ def child(args):
         print(f"\n{common.describe_database()}")
         print(
             f"{'tools':>6} {'queries':>7} {'postings':>8} {'index s':>7} {'L0 tokens':>10} "
-            f"{'L2 tokens':>9} {'saved':>6} {'R@1':>5} {'R@5':>5} {'p50 ms':>7} {'p95 ms':>7} "
-            f"{'first p95':>9}"
+            f"{'L2 tokens':>9} {'saved':>6} {'R@1':>5} {'R@5':>5} {'tune/check':>10} "
+            f"{'p50 ms':>7} {'p95 ms':>7} {'first p95':>9}"
         )
         for size in map(int, args.sizes.split(",")):
             r = measure(size, args)
             saved = 1 - r["discovery_tokens"] / r["all_tokens"]
+            halves = "{:.2f}/{:.2f}".format(*r["halves"])
             print(
                 f"{r['size']:>6} {r['queries']:>7} {r['postings']:>8} {r['indexing_s']:>7.1f} "
                 f"{r['all_tokens']:>10,} {r['discovery_tokens']:>9,.0f} {saved:>6.1%} "
-                f"{r['recall1']:>5.2f} {r['recall5']:>5.2f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
-                f"{r['cold_p95']:>9.2f}",
+                f"{r['recall1']:>5.2f} {r['recall5']:>5.2f} {halves:>10} "
+                f"{r['p50']:>7.2f} {r['p95']:>7.2f} {r['cold_p95']:>9.2f}",
                 flush=True,
             )
 

@@ -2,9 +2,10 @@
 
 Latin words are lower-cased, split at `snake_case`, `camelCase` and punctuation, and lightly
 stemmed ("events" and "event", "refunding" and "refund" meet). Japanese has no spaces: a run of
-kanji and katakana (and the hiragana inside it) gives its character bigrams, the usual
-dictionary-free way to index CJK text; bigrams of hiragana alone are grammar (します, ですか)
-and are left out."""
+kanji and katakana (and the hiragana inside it), cut at its particles (を, の, に…), gives its
+character bigrams, the usual dictionary-free way to index CJK text; bigrams of hiragana alone
+are grammar (します, ですか) and are left out, as are those across a particle (課題を起票: 課題,
+起票, not 題を nor を起), which match any text that happens to use the same particle."""
 
 import functools
 import re
@@ -17,7 +18,12 @@ _WORD = re.compile(r"[a-z0-9]+|[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\u30fc々
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 _HIRAGANA = re.compile(r"^[\u3040-\u309f\u30fc]+$")
+# Particles: the nearest thing Japanese has to spaces between words.
+_PARTICLES = re.compile(r"[をはがにでのとへもや]")
 _SPACES = re.compile(r"[\s_\-]+")
+# A web address names a web page; a file name with its extension (report.docx, a/b.yaml), a file.
+_URL = re.compile(r"\b(?:https?://|www\.)\S+")
+_FILE_NAME = re.compile(r"(?<![@\w.])[\w-]+\.[a-z][a-z0-9]{1,4}\b(?![.@\w])")
 STOPWORDS = frozenset(
     """a an and are as at be by can do does did for from get i in into is it me my of on or our
     please the their them this that these those to us want we with you your which what some any
@@ -29,14 +35,24 @@ STOPWORDS = frozenset(
 def terms(text):
     """The terms of `text`, in order, repeats kept (their count is the term frequency), then
     the concepts it names (`toolindex.lexicon`)."""
+    found, text = _split(text)
+    return found + concepts(found, text)
+
+
+def words(text):
+    """The terms of `text` without the concepts."""
+    return _split(text)[0]
+
+
+def _split(text):
+    """The words of `text` and the text normalised."""
     if not text:
-        return []
+        return [], ""
     text = unicodedata.normalize("NFKC", str(text))
     # camelCase is split, and a word so split is kept whole too: "GitHub" is github, git, hub.
     joined = [w.lower() for w in _ASCII_WORD.findall(text) if _CAMEL.search(w)]
     text = _CAMEL.sub(" ", text).lower()
-    found = _words(text) + [stem(w)[:MAX_TERM] for w in joined]
-    return found + concepts(found, text)
+    return _words(text) + [stem(w)[:MAX_TERM] for w in joined], text
 
 
 def _words(text):
@@ -45,14 +61,15 @@ def _words(text):
         if word[0].isascii():
             if word not in STOPWORDS:
                 found.append(stem(word)[:MAX_TERM])
-        elif len(word) == 1:
-            found.append(word)
         else:
-            found.extend(
-                pair
-                for pair in (word[i : i + 2] for i in range(len(word) - 1))
-                if not _HIRAGANA.match(pair)
-            )
+            for part in _PARTICLES.split(word):
+                if len(part) == 1 and not _HIRAGANA.match(part):
+                    found.append(part)
+                found.extend(
+                    pair
+                    for pair in (part[i : i + 2] for i in range(len(part) - 1))
+                    if not _HIRAGANA.match(pair)
+                )
     return found
 
 
@@ -64,7 +81,9 @@ def concepts(words, text):
     spaced = f" {_SPACES.sub(' ', text)} "
     for phrase, concept in by_phrase:
         found += [concept] * spaced.count(f" {phrase} " if phrase.isascii() else phrase)
-    return found
+    urls = len(_URL.findall(text))
+    files = len(_FILE_NAME.findall(_URL.sub(" ", text)))
+    return found + ["~webpage"] * urls + ["~file"] * files
 
 
 @functools.cache

@@ -9,7 +9,7 @@ from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
 from pools.models import Mcplet
 from tests.toolindex.conftest import described, workspace_tools
-from toolindex import search
+from toolindex import search, text
 from toolindex.models import Posting
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +130,36 @@ def test_semantic_falls_back_to_keyword_and_says_so(workspace):
 @pytest.mark.parametrize("query", ["", "   ", "\x00", "\ud800", "の", "a the of", "x" * 5000])
 def test_queries_that_say_nothing_find_nothing(workspace, query):
     assert names(workspace["assistant"], query) == []
+
+
+def test_one_tool_per_operation_and_the_server_the_query_names():
+    """The same tool of many servers (vendors, regions) takes one place in an answer, shown
+    through the server the query names; only when fewer operations match do the others follow."""
+    rows = [(0, "jira_create_issue", "jira"), (1, "jira_eu_create_issue", "jira-eu")]
+    rows += [(2, "create_issue", "linear"), (3, "jira_list_issues", "jira")]
+    operations = search.operations_of(rows)
+    assert {o.name for o in operations[0].values()} == {"create_issue", "list_issues"}
+    index = {term: {0: 1.0, 1: 0.9, 2: 0.6} for term in text.terms("create")}
+    index |= {term: {0: 1.0, 1: 0.9, 2: 0.6, 3: 1.0} for term in text.terms("issue")}
+
+    def found(query, limit):
+        postings = lambda terms: {t: index[t] for t in terms if t in index}  # noqa: E731
+        return [
+            pk for pk, _ in search.rank(postings, lambda: operations, 9, {0, 1, 2, 3}, query, limit)
+        ]
+
+    assert found("create an issue", 2) == [0, 3]
+    assert found("create an issue in Linear", 2) == [2, 3]
+    assert found("create an issue", 4) == [0, 3, 1, 2]
+
+
+def test_japanese_is_cut_at_its_particles():
+    found = text.terms("Jiraにバグの課題を起票して")
+    assert {"jira", "バグ", "課題", "起票"} <= set(found)
+    assert not {"にバ", "グの", "題を", "を起"} & set(found)
+
+
+def test_a_file_name_names_a_file_and_a_web_address_a_page():
+    assert "~file" in text.terms("what's in config/settings.yaml")
+    assert "~webpage" in text.terms("the text of https://example.com/pricing")
+    assert "~file" not in text.terms("mail jane@example.com about v1.4.0")
