@@ -1,6 +1,7 @@
 """The external A2A endpoint for partner agents (spec §3.6, §16.1, §16.4, §18): DRF views that
 accept §18 payloads from partners holding a key, never reaching beyond their grants."""
 
+from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -13,10 +14,10 @@ from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView, exception_handler
 
 from a2a import identity, service
-from a2a.models import KEY_PREFIX, A2AMessage, PartnerKey
+from a2a.models import KEY_PREFIX, PartnerKey
 from a2a.schemas import A2AValidationError, validate
-from agents.models import Agent, AgentRun
-from mcplet_host import audit, metrics, storable
+from agents.models import Agent
+from mcplet_host import audit, metrics, ratelimit, storable
 
 MAX_BODY = 1024 * 1024
 
@@ -89,15 +90,26 @@ class PartnerKeyScheme(OpenApiAuthenticationExtension):
 
 
 class PartnerRateThrottle(SimpleRateThrottle):
-    """Per partner, shared by all web processes through the cache (Redis)."""
+    """Per partner (the rate is the `partner` scope's), shared by all web processes: the pools'
+    sliding window of atomic counters in the cache (Redis), not DRF's list of timestamps."""
 
     scope = "partner"
+    wait_ms = None
 
-    def get_cache_key(self, request, view):
+    @staticmethod
+    def name(agent_id):
+        return f"partner:{agent_id}"
+
+    def allow_request(self, request, view):
         partner = getattr(request, "user", None)
-        if isinstance(partner, Partner):
-            return self.cache_format % {"scope": self.scope, "ident": partner.agent.agent_id}
-        return None
+        if self.rate is None or not isinstance(partner, Partner):
+            return True
+        name = self.name(partner.agent.agent_id)
+        self.wait_ms = ratelimit.take(name, self.num_requests, self.duration)
+        return self.wait_ms is None
+
+    def wait(self):
+        return None if self.wait_ms is None else self.wait_ms / 1000
 
 
 class LimitedJSONParser(JSONParser):
@@ -264,12 +276,12 @@ class PartnerView(APIView):
         return self.request.user.agent
 
 
-def _task_state(request_message):
-    """The final response (200) or the running state (202) of a partner's task."""
-    response = A2AMessage.objects.filter(reply_to=request_message.message_id).first()
+def _task_state(request_message, seen=None):
+    """The final response (200) or the running state (202) of a partner's task (`seen`: its
+    response and run, when the caller has them)."""
+    response, run = seen or service.progress(request_message)
     if response is not None:
         return Response(response.body, status=status.HTTP_200_OK)
-    run = AgentRun.objects.filter(request=request_message).first()
     state = run.status if run else request_message.state
     body = {
         "messageId": str(request_message.message_id),
@@ -298,9 +310,10 @@ class TaskList(PartnerView):
     )
     def post(self, request):
         request_message, created = service.submit(self.partner, request.data)
-        if created:
-            service.wait(request_message)
-        return _task_state(request_message)
+        if not created:  # a resubmission: the task as it stands
+            return _task_state(request_message)
+        seen = service.first_progress(request_message, settings.MCPLET_A2A_WAIT)
+        return _task_state(request_message, seen)
 
 
 class TaskDetail(PartnerView):
@@ -350,7 +363,7 @@ class AgentDetail(PartnerView):
         summary="One agent's card (§18.2)",
     )
     def get(self, request, agent_id):
-        agent = service.callable_agents(self.partner).filter(agent_id=agent_id).first()
+        agent = service.callable_agent(self.partner, agent_id)
         if agent is None:
             raise exceptions.NotFound("No agent you may call has this agentId.")
         return Response(agent.card())

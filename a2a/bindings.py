@@ -12,6 +12,7 @@ import json
 import uuid
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import transaction
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
@@ -64,7 +65,7 @@ class BindingView(PartnerView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     def agent(self, agent_id):
-        agent = service.callable_agents(self.partner).filter(agent_id=agent_id).first()
+        agent = service.callable_agent(self.partner, agent_id)
         if agent is None:  # an agent that does not exist is as closed as one not granted
             raise service.Forbidden(f"You may not send tasks to {agent_id!r}.")
         return agent
@@ -109,9 +110,11 @@ class BindingView(PartnerView):
         self.trace_id = str(row.context_id)
         if stream:
             return Stream(row)
-        if created and not (params.get("configuration") or {}).get("returnImmediately"):
-            service.wait(row)
-        return {"task": wire.task(row)}
+        if not created:  # a resubmission: the task as it stands
+            return {"task": wire.task(row)}
+        now = (params.get("configuration") or {}).get("returnImmediately")
+        wait = 0 if now else settings.MCPLET_A2A_WAIT
+        return {"task": wire.task(row, seen=service.first_progress(row, wait))}
 
     def send_streaming_message(self, params, agent_id):
         return self.send_message(params, agent_id, stream=True)

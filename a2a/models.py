@@ -1,11 +1,13 @@
 import hashlib
 import hmac
+import pickle
 import secrets
 from datetime import timedelta
 
 from django.db import models
 from django.utils import timezone
 
+from mcplet_host import registry
 from mcplet_host.authority import Authority
 from pools.fields import SealedJSONField
 
@@ -15,6 +17,9 @@ KEY_PREFIX = "mcpk_"
 def hash_key(raw_key):
     # Keys carry 256 bits of randomness, so a fast hash is enough (no password stretching).
     return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+_last_marked = {}  # PartnerKey pk → when this process last wrote its last_used_at
 
 
 class PartnerKey(models.Model):
@@ -57,23 +62,41 @@ class PartnerKey(models.Model):
 
     @classmethod
     def lookup(cls, raw_key):
-        """(key, "") for a live key, else (key or None, "unknown" | "revoked" | "expired")."""
+        """(key, "") for a live key, else (key or None, "unknown" | "revoked" | "expired").
+        The key and its agent are kept with the registry (mcplet_host.registry): a key or an
+        agent changed in any way, by anyone, is read afresh by the very next request."""
         if not raw_key or not raw_key.startswith(KEY_PREFIX):
             return None, "unknown"
-        key = (
-            cls.objects.select_related("agent")
-            .filter(prefix=raw_key[: len(KEY_PREFIX) + 8])
-            .first()
+        prefix, snapshot = raw_key[: len(KEY_PREFIX) + 8], registry.current()
+        prefixes = snapshot.kept(
+            "partner key prefixes", lambda: frozenset(cls.objects.values_list("prefix", flat=True))
         )
-        if key is None or not hmac.compare_digest(key.key_hash, hash_key(raw_key)):
+        kept = prefix in prefixes and snapshot.found(
+            ("partner key", prefix), lambda: cls._row(prefix)
+        )
+        if not kept or not hmac.compare_digest(kept[0], hash_key(raw_key)):
             return None, "unknown"
+        key = pickle.loads(kept[1])  # noqa: S301 (our own) — each request has its own instance
+        key.agent.registry_snapshot = snapshot  # what the rest of its request reads from
         if not key.is_active:
             return key, key.state
-        now = timezone.now()
-        if key.last_used_at is None or now - key.last_used_at > timedelta(minutes=1):
-            # At most one write a minute per key: "last used" needs no more precision.
-            cls.objects.filter(pk=key.pk).update(last_used_at=now)
+        key.mark_used()
         return key, ""
+
+    @classmethod
+    def _row(cls, prefix):
+        """(hash, the key with its agent pickled) for what registry snapshots keep, or None."""
+        key = cls.objects.select_related("agent").filter(prefix=prefix).first()
+        return None if key is None else (key.key_hash, pickle.dumps(key))
+
+    def mark_used(self):
+        """At most one write a minute per key and process: "last used" needs no more
+        precision (and the write does not move the registry's token)."""
+        now = timezone.now()
+        last = max(filter(None, (self.last_used_at, _last_marked.get(self.pk))), default=None)
+        if last is None or now - last > timedelta(minutes=1):
+            _last_marked[self.pk] = now
+            PartnerKey.objects.filter(pk=self.pk).update(last_used_at=now)
 
     @classmethod
     def authenticate(cls, raw_key):

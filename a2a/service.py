@@ -3,10 +3,10 @@ JSON-RPC and HTTP+JSON bindings): one code path for the grants, the §18 validat
 provenance, idempotent resubmission, waiting and cancellation. Refusals are DRF exceptions:
 each binding words them in its own error shape."""
 
+import pickle
 import time
 import uuid
 
-from django.conf import settings
 from rest_framework import exceptions, status
 
 from a2a import bus
@@ -14,7 +14,7 @@ from a2a.models import A2AMessage
 from a2a.schemas import A2AValidationError, validate
 from agents import runner
 from agents.models import Agent, AgentRun
-from mcplet_host import gateway
+from mcplet_host import gateway, registry
 from mcplet_host.authority import Authority
 from pools.models import Pool
 
@@ -43,6 +43,20 @@ def callable_agents(partner):
     )
 
 
+def callable_agent(partner, agent_id):
+    """The agent `agent_id` if `partner` may call it, else None. The agents a partner may call
+    are kept with the registry like its key (a grant or an agent changed is read afresh by the
+    next request), so a name it may not call costs no query either. A partner authenticated by
+    its key brings the snapshot its key was found in: one request, one reading."""
+    snapshot = getattr(partner, "registry_snapshot", None) or registry.current()
+    kept = snapshot.kept(
+        ("callable agents", partner.pk),
+        lambda: {agent.agent_id: pickle.dumps(agent) for agent in callable_agents(partner)},
+    )
+    # Kept pickled, so each request has its own instance (a view may change it).
+    return pickle.loads(kept[agent_id]) if agent_id in kept else None  # noqa: S301 (ours)
+
+
 def submit(partner, body):
     """Accept `partner`'s §18 task request: (the request message, True) once posted on the
     bus, or (the request first posted, False) for a resubmission of the same messageId."""
@@ -57,7 +71,7 @@ def submit(partner, body):
         if existing.sender_id != partner.agent_id or not existing.external:
             raise exceptions.NotFound("No such task.")
         return existing, False
-    recipient = callable_agents(partner).filter(agent_id=body["recipientId"]).first()
+    recipient = callable_agent(partner, body["recipientId"])
     if recipient is None:
         raise Forbidden(f"You may not send tasks to {body['recipientId']!r}.")
     _check_requested_access(partner, recipient, body)
@@ -96,16 +110,29 @@ def _check_requested_access(partner, recipient, body):
             raise Forbidden(f"These tools are outside your grants: {', '.join(outside)}.")
 
 
-def wait(request_message):
-    """Until the task is answered, waits for an approval, or MCPLET_A2A_WAIT has passed."""
-    deadline = time.monotonic() + settings.MCPLET_A2A_WAIT
+def progress(request_message, wait=0.0):
+    """(its response or None, its run or None), what a binding reports of a partner's task: as
+    they stand, or, within `wait` seconds, once it is answered or waits for an approval."""
+    deadline = time.monotonic() + wait
     while True:
-        answered = A2AMessage.objects.filter(reply_to=request_message.message_id).exists()
-        run = AgentRun.objects.filter(request=request_message).first()
+        response = A2AMessage.objects.filter(
+            reply_to=request_message.message_id, type=A2AMessage.Type.TASK_RESPONSE
+        ).first()
+        run = (
+            AgentRun.objects.filter(request=request_message)
+            .select_related("waiting_for", "agent")
+            .first()
+        )
         waiting = run is not None and run.status == AgentRun.Status.AWAITING_APPROVAL
-        if answered or waiting or time.monotonic() >= deadline:
-            return
+        if response is not None or waiting or time.monotonic() >= deadline:
+            return response, run
         time.sleep(0.1)
+
+
+def first_progress(request_message, wait):
+    """`progress` of a task just posted. With no wait (MCPLET_A2A_WAIT=0, a client's
+    returnImmediately) nothing can have happened to it that is worth a query: it is submitted."""
+    return progress(request_message, wait) if wait > 0 else (None, None)
 
 
 def own_tasks(partner):

@@ -9,7 +9,7 @@ import uuid
 
 from django.db.models import Exists, OuterRef, Q
 
-from a2a import messages
+from a2a import messages, service
 from a2a.models import A2AMessage
 from a2a.schemas import A2AValidationError, validate_wire
 from agents.models import AgentRun
@@ -249,16 +249,10 @@ def artifact(response):
     }
 
 
-def task(request_message, *, artifacts=True):
-    """The A2A Task of a partner's task request, as it stands now."""
-    response = A2AMessage.objects.filter(
-        reply_to=request_message.message_id, type=A2AMessage.Type.TASK_RESPONSE
-    ).first()
-    run = (
-        AgentRun.objects.filter(request=request_message)
-        .select_related("waiting_for", "agent")
-        .first()
-    )
+def task(request_message, *, artifacts=True, seen=None):
+    """The A2A Task of a partner's task request, as it stands now (`seen`: its response and
+    run, when the caller has them)."""
+    response, run = seen or service.progress(request_message)
     body = request_message.body
     result = {
         "id": str(request_message.message_id),

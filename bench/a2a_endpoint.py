@@ -163,11 +163,10 @@ def queued_requests():
 
 
 def delete_throttle_history():
-    from django.core.cache import cache
-
     from a2a.api import PartnerRateThrottle
+    from mcplet_host import ratelimit
 
-    cache.delete(PartnerRateThrottle.cache_format % {"scope": "partner", "ident": PARTNER})
+    ratelimit.forget(PartnerRateThrottle.name(PARTNER), 60)
 
 
 # --- the server and the worker ----------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What the gateway checks, read once per process and kept while it is current: each routable
-MCPlet by name (with its server and pool), and each agent's enabled flag and granted pools.
+MCPlet by name (with its server and pool), and each agent's enabled flag and granted pools; what
+a partner's request is authenticated and routed by (its key, the agents it may call).
 
 Database triggers replace the registry's version token (`RegistryVersion`) at every write to
 those tables, in the writer's own transaction, whoever writes — the ORM, a queryset update, raw
@@ -14,14 +15,17 @@ from dataclasses import dataclass
 from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS, connections
 
-# The tables whose rows decide a check, as (app label, model, through field or "").
+# The tables whose rows decide a check, as (app label, model, through field or "", columns
+# whose updates alone change nothing that is kept).
 WATCHED = (
-    ("pools", "Mcplet", ""),
-    ("pools", "McpServer", ""),
-    ("pools", "Pool", ""),
-    ("agents", "Agent", ""),
-    ("agents", "Agent", "accessible_pools"),
-    ("toolindex", "Posting", ""),  # what tool searches keep (term counts) follows it too
+    ("pools", "Mcplet", "", ()),
+    ("pools", "McpServer", "", ()),
+    ("pools", "Pool", "", ()),
+    ("agents", "Agent", "", ()),
+    ("agents", "Agent", "accessible_pools", ()),
+    ("agents", "Agent", "callable_agents", ()),
+    ("a2a", "PartnerKey", "", ("last_used_at",)),  # written once a minute per key in use
+    ("toolindex", "Posting", "", ()),  # what tool searches keep (term counts) follows it too
 )
 TRIGGER = "mcplet_registry_changed"
 EVENTS = ("INSERT", "UPDATE", "DELETE")
@@ -61,6 +65,16 @@ class Snapshot:
             ("ids", str(queryset.query)),
             lambda: frozenset(queryset.values_list("pk", flat=True)),
         )
+
+    def found(self, key, compute):
+        """`compute()`, kept under this token unless it found nothing (None), for a look-up by
+        what a caller sent: an unknown name must not grow what is kept."""
+        if key in self._kept:
+            return self._kept[key]
+        value = compute()
+        if value is not None and self.token is not None:
+            self._kept[key] = value
+        return value
 
     def tool(self, name):
         if name not in self._tools:
@@ -114,11 +128,17 @@ def current(using=DEFAULT_DB_ALIAS):
 
 
 def _tables():
-    for app_label, model_name, field in WATCHED:
+    """(table, the columns whose updates move the token, or None for all of them)."""
+    for app_label, model_name, field, ignored in WATCHED:
         model = apps.get_model(app_label, model_name)
         if field:
             model = model._meta.get_field(field).remote_field.through
-        yield model._meta.db_table
+        columns = [f.column for f in model._meta.concrete_fields if f.column not in ignored]
+        yield model._meta.db_table, (columns if ignored else None)
+
+
+def _update_of(columns, quote):
+    return "UPDATE" if columns is None else f"UPDATE OF {', '.join(map(quote, columns))}"
 
 
 def _renew(vendor, table):
@@ -141,7 +161,8 @@ def _renew(vendor, table):
 
 def drop_triggers(connection):
     """Undo install_triggers (migrating RegistryVersion's table away)."""
-    names = [table for table in _tables() if table in connection.introspection.table_names()]
+    present = connection.introspection.table_names()
+    names = [table for table, _ in _tables() if table in present]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             for table in names:
@@ -158,28 +179,31 @@ def install_triggers(using=DEFAULT_DB_ALIAS, **_):
     connection = connections[using]
     version = apps.get_model("mcplet_host", "RegistryVersion")._meta.db_table
     renew = _renew(connection.vendor, version)
-    tables = [version, *_tables()]
-    if renew is None or not set(tables) <= set(connection.introspection.table_names()):
+    watched = dict(_tables())
+    if renew is None or not {version, *watched} <= set(connection.introspection.table_names()):
         return  # a migrate back past one of them: the next migrate forward installs them
-    statements = []
+    quote, statements = connection.ops.quote_name, []
     if connection.vendor == "postgresql":
         statements.append(
             f"CREATE OR REPLACE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$ "
             f"BEGIN {renew}; RETURN NULL; END $$"
         )
-        for table in tables[1:]:
+        for table, columns in watched.items():
             statements += [
                 f"DROP TRIGGER IF EXISTS {TRIGGER} ON {table}",
-                f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON "
-                f"{table} FOR EACH STATEMENT EXECUTE FUNCTION {TRIGGER}()",
+                f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR {_update_of(columns, quote)} OR DELETE"
+                f" OR TRUNCATE ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {TRIGGER}()",
             ]
     else:  # SQLite: row triggers only, and a rebuilt table has lost its triggers
-        for table in tables[1:]:
+        for table, columns in watched.items():
             for event in EVENTS:
-                statements.append(
-                    f"CREATE TRIGGER IF NOT EXISTS {TRIGGER}_{table}_{event.lower()} "
-                    f"AFTER {event} ON {table} BEGIN {renew}; END"
-                )
+                # (dropped first: a new column must join an UPDATE OF list)
+                name = f"{TRIGGER}_{table}_{event.lower()}"
+                when = _update_of(columns, quote) if event == "UPDATE" else event
+                statements += [
+                    f"DROP TRIGGER IF EXISTS {name}",
+                    f"CREATE TRIGGER {name} AFTER {when} ON {table} BEGIN {renew}; END",
+                ]
     with connection.cursor() as cursor:
         for statement in [*statements, *renew.split("; ")]:
             cursor.execute(statement)

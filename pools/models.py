@@ -1,17 +1,15 @@
 import contextlib
-import math
 import re
-import time
 from urllib.parse import urlparse
 
 import ada_url
 import idna
-from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, Q
 
+from mcplet_host import ratelimit
 from pools.fields import SealedJSONField
 
 
@@ -59,32 +57,11 @@ class Pool(models.Model):
             raise ValidationError({"domain_allowlist": "Give a list of host names."})
 
     def take_call(self, now=None):
-        """Count one call against the rate limit. None if allowed, else the milliseconds to wait.
-
-        A sliding window (this minute's count plus the previous minute's, weighted by how much
-        of it still overlaps) in the cache: Redis shared by every worker, or in-process when
-        embedded.
-        """
-        limit = self.rate_limit_per_minute
-        if not limit:
+        """Count one call against the rate limit: None if allowed, else the milliseconds to
+        wait (a sliding minute, shared by every worker: mcplet_host.ratelimit)."""
+        if not self.rate_limit_per_minute:
             return None
-        now = time.time() if now is None else now
-        window, elapsed = divmod(now, 60)
-        key = f"ratelimit:pool:{self.pk}:{int(window)}"
-        try:
-            count = cache.incr(key)
-        except ValueError:  # the window's first call (or its key was evicted)
-            cache.add(key, 0, 150)
-            count = cache.incr(key)
-        previous = cache.get(f"ratelimit:pool:{self.pk}:{int(window) - 1}", 0)
-        weighted = previous * (60 - elapsed) / 60 + count
-        if weighted <= limit:
-            return None
-        cache.decr(key)  # a refused call does not use up the limit
-        wait = 60 - elapsed  # the next window drops this minute's weight for good
-        if previous:
-            wait = min(wait, 60 * (weighted - limit) / previous)
-        return max(1, math.ceil(wait * 1000))
+        return ratelimit.take(f"pool:{self.pk}", self.rate_limit_per_minute, 60, now)
 
     def disallowed_urls(self, arguments):
         """(url, why) for each URL-valued argument outside the allowlist, or ambiguous (two

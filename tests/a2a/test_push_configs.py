@@ -69,9 +69,11 @@ def test_configs_are_created_read_listed_and_deleted(
     partner.save()
     url, received = hook
     task = send(peer, live_server, key, binding, webhook(url))["task"]
-    assert task["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"  # (returnImmediately: as created)
     agent = f"{live_server.url}/a2a/v1/dispatch-agent"
     common = {"url": agent, "key": key, "binding": binding}
+    got = one(peer.call(op="get", **common, id=task["id"]))
+    assert got["status"]["state"] == "TASK_STATE_AUTH_REQUIRED"
 
     created = one(
         peer.call(

@@ -21,13 +21,13 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
-from django.core.cache import cache
 from django.urls import Resolver404, resolve
 
 from a2a import messages
 from a2a.api import MAX_BODY, PartnerRateThrottle
 from a2a.models import PartnerKey
 from agents.models import Agent
+from mcplet_host import ratelimit
 
 # A test dependency (with Hypothesis, which it brings): `pip install schemathesis`. Skipped
 # without it on a laptop; in CI, which runs every test, a missing schemathesis fails the run.
@@ -229,7 +229,7 @@ def test_every_documented_response_matches_the_schema(live_server, partner_key, 
     send("GET /a2a/agents", 401, headers={})
     send("GET /a2a/agents", 401, headers={"Authorization": "Bearer mcpk_notAKeyAtAll"})
     PartnerRateThrottle.rate = "1/min"  # (monkeypatched: restored after the test)
-    cache.delete(PartnerRateThrottle.cache_format % {"scope": "partner", "ident": "partner-bot"})
+    ratelimit.forget(PartnerRateThrottle.name("partner-bot"), 60)
     send("GET /a2a/agents", 200)
     error = send("GET /a2a/agents", 429)["error"]
     assert error["code"] == "RATE_LIMITED" and error["retry_after_ms"] > 0

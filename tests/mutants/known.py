@@ -43,6 +43,7 @@ TS = "tests/toolindex/test_search.py::"
 RUN = "tests/passkey/test_run_again.py::"
 NEXT = "tests/passkey/test_register_next.py::"
 PUSH = "tests/a2a/test_push_configs.py::"
+KEPT = "tests/a2a/test_partner_kept.py::"
 
 BREAKS = [
     Break(
@@ -239,6 +240,21 @@ BREAKS = [
             "tests/held/test_input_required.py::"
             "test_a_url_step_is_held_then_sent_again_once_with_the_state",
         ],
+    ),
+    # Issue 26: what partners' requests keep must follow every change as the gateway's does.
+    Break(
+        "partner-keys-not-watched",
+        "mcplet_host/registry.py",
+        r'^    \("a2a", "PartnerKey", "", \("last_used_at",\)\),.*\n',
+        "",
+        [KEPT + "test_a_change_refuses_the_very_next_request"],
+    ),
+    Break(
+        "callable-agents-not-watched",
+        "mcplet_host/registry.py",
+        r'^    \("agents", "Agent", "callable_agents", \(\)\),\n',
+        "",
+        [KEPT + "test_a_change_refuses_the_very_next_request"],
     ),
 ]
 
