@@ -372,7 +372,7 @@ class Ceremony(models.Model):
             ceremony._decide(self.Status.APPROVED, user)
             ceremony._audit_decision(audit.EventType.PERMISSION_GRANTED, audit.SUCCESS)
             ceremony.rules.after_decision(ceremony)
-        self.refresh_from_db()
+        self._became(ceremony)
         return True
 
     def decline(self, status, user=None):
@@ -384,8 +384,14 @@ class Ceremony(models.Model):
             ceremony._decide(status, user)
             ceremony._audit_decision(audit.EventType.PERMISSION_DENIED, audit.BLOCKED)
             ceremony.rules.after_decision(ceremony)
-        self.refresh_from_db()
+        self._became(ceremony)
         return True
+
+    def _became(self, row):
+        """This instance is now `row`, as the transaction that decided it left it."""
+        for field in self._meta.concrete_fields:
+            setattr(self, field.attname, getattr(row, field.attname))
+        self._state.fields_cache.clear()
 
     def _decide(self, status, user):
         self.status, self.decided_by, self.decided_at = status, user, timezone.now()

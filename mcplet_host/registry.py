@@ -1,6 +1,7 @@
 """What the gateway checks, read once per process and kept while it is current: each routable
 MCPlet by name (with its server and pool), and each agent's enabled flag and granted pools; what
-a partner's request is authenticated and routed by (its key, the agents it may call).
+a partner's request is authenticated and routed by (its key, the agents it may call); who is
+signed in and what they may do (mcplet_host.backends).
 
 Database triggers replace the registry's version token (`RegistryVersion`) at every write to
 those tables, in the writer's own transaction, whoever writes — the ORM, a queryset update, raw
@@ -13,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from django.apps import apps
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 # The tables whose rows decide a check, as (app label, model, through field or "", columns
@@ -25,6 +27,13 @@ WATCHED = (
     ("agents", "Agent", "accessible_pools", ()),
     ("agents", "Agent", "callable_agents", ()),
     ("a2a", "PartnerKey", "", ("last_used_at",)),  # written once a minute per key in use
+    # Who is signed in and what they may do (mcplet_host.backends); a login writes last_login.
+    (*settings.AUTH_USER_MODEL.split("."), "", ("last_login",)),
+    (*settings.AUTH_USER_MODEL.split("."), "groups", ()),
+    (*settings.AUTH_USER_MODEL.split("."), "user_permissions", ()),
+    ("auth", "Group", "permissions", ()),
+    ("auth", "Permission", "", ()),
+    ("contenttypes", "ContentType", "", ()),  # (a permission's name is its app's label)
     ("toolindex", "Posting", "", ()),  # what tool searches keep (term counts) follows it too
 )
 TRIGGER = "mcplet_registry_changed"

@@ -123,6 +123,9 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's model backend, its users and permissions kept while nothing of them changes.
+AUTHENTICATION_BACKENDS = ["mcplet_host.backends.ModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -44,6 +44,7 @@ RUN = "tests/passkey/test_run_again.py::"
 NEXT = "tests/passkey/test_register_next.py::"
 PUSH = "tests/a2a/test_push_configs.py::"
 KEPT = "tests/a2a/test_partner_kept.py::"
+APPROVER = "tests/passkey/test_approver_kept.py::"
 
 BREAKS = [
     Break(
@@ -255,6 +256,20 @@ BREAKS = [
         r'^    \("agents", "Agent", "callable_agents", \(\)\),\n',
         "",
         [KEPT + "test_a_change_refuses_the_very_next_request"],
+    ),
+    Break(
+        "users-not-watched",
+        "mcplet_host/registry.py",
+        r'^    \(\*settings\.AUTH_USER_MODEL\.split\("\."\), "", \("last_login",\)\),\n',
+        "",
+        [APPROVER + "test_a_change_refuses_the_very_next_approval"],
+    ),
+    Break(
+        "user-permissions-not-watched",
+        "mcplet_host/registry.py",
+        r'^    \(\*settings\.AUTH_USER_MODEL\.split\("\."\), "user_permissions", \(\)\),\n',
+        "",
+        [APPROVER + "test_a_change_refuses_the_very_next_approval"],
     ),
 ]
 
