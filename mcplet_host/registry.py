@@ -10,6 +10,7 @@ under another token is dropped. A committed change moves the token and the data 
 what is loaded after reading a token is at least as new as it: a kept answer is never older
 than the database's own answer at that read."""
 
+import pickle
 import threading
 from dataclasses import dataclass
 
@@ -84,6 +85,21 @@ class Snapshot:
         if value is not None and self.token is not None:
             self._kept[key] = value
         return value
+
+    def agents(self, agent_ids):
+        """The agents of `agent_ids` that exist, by agent_id. Kept pickled, so each caller has
+        its own instances (it may change and save one)."""
+        pickled = {a: self._kept[("agent", a)] for a in agent_ids if ("agent", a) in self._kept}
+        missing = set(agent_ids) - set(pickled)
+        if missing:
+            found = apps.get_model("agents", "Agent").objects.in_bulk(
+                missing, field_name="agent_id"
+            )
+            for agent_id, agent in found.items():
+                pickled[agent_id] = pickle.dumps(agent)
+                if self.token is not None:
+                    self._kept[("agent", agent_id)] = pickled[agent_id]
+        return {agent_id: pickle.loads(kept) for agent_id, kept in pickled.items()}  # noqa: S301
 
     def tool(self, name):
         if name not in self._tools:

@@ -6,6 +6,7 @@ recipient."""
 import uuid
 
 import pytest
+from django.db import connection
 
 from a2a import bus, messages
 from a2a.models import A2AMessage
@@ -53,6 +54,22 @@ def test_a_disabled_sender_or_recipient_is_refused(agents, calls, disabled):
         else "the recipient 'info-gathering-agent' is disabled"
     )
     assert not AgentRun.objects.exists() and calls() == []
+
+
+@pytest.mark.parametrize("disabled", ["planning-agent", "info-gathering-agent"])
+def test_an_agent_disabled_after_a_delivery_is_refused_at_the_next(agents, calls, disabled):
+    """A delivery keeps the agents it read with the registry (mcplet_host.registry): a change
+    made by raw SQL, as another process would, is seen by the next one."""
+    first = bus.send_task("planning-agent", "info-gathering-agent", {"store": "shinjuku"})
+    deliver(str(first.message_id), first.signature)
+    assert [c["name"] for c in calls()] == ["query_crm"]
+    second = bus.send_task("planning-agent", "info-gathering-agent", {"store": "shinjuku"})
+    table = connection.ops.quote_name(Agent._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET enabled = false WHERE agent_id = %s", [disabled])  # noqa: S608
+    deliver(str(second.message_id), second.signature)
+    refused("is not a registered internal agent" if disabled == "planning-agent" else "disabled")
+    assert AgentRun.objects.count() == 1 and len(calls()) == 1
 
 
 def test_a_message_forged_into_the_broker(agents, calls):
