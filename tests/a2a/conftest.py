@@ -3,6 +3,7 @@ production serves it."""
 
 import os
 
+import httpx
 import pytest
 
 from tests.a2a_sdk import sdk
@@ -36,3 +37,16 @@ def host(request, django_db_setup, django_db_blocker, scripts, tmp_path_factory)
         celery_worker(logs / "worker.log", **environment),
     ):
         yield url
+
+
+@pytest.fixture
+def api(live_server, partner):
+    """An HTTP client of the live server with a key of the module's `partner` (`.key`, `.raw`)."""
+    from a2a.models import PartnerKey
+
+    key, raw = PartnerKey.issue(partner, "tests")
+    with httpx.Client(
+        base_url=live_server.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30
+    ) as client:
+        client.key, client.raw = key, raw
+        yield client

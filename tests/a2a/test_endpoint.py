@@ -29,16 +29,6 @@ def partner(registry):
     return partner
 
 
-@pytest.fixture
-def api(live_server, partner):
-    key, raw = PartnerKey.issue(partner, "tests")
-    with httpx.Client(
-        base_url=live_server.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30
-    ) as client:
-        client.key = key
-        yield client
-
-
 def task(recipient="info-gathering-agent", parameters=None, sender="partner-bot"):
     return messages.task_request(sender, recipient, parameters or {"store": "shinjuku"})
 

@@ -6,7 +6,6 @@ server's own log."""
 
 from datetime import timedelta
 
-import httpx
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -41,14 +40,9 @@ def partner(registry, script):
 
 
 @pytest.fixture
-def api(live_server, partner):
-    key, raw = PartnerKey.issue(partner, "tests")
-    with httpx.Client(
-        base_url=live_server.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30
-    ) as client:
-        client.key, client.raw = key, raw
-        assert client.get("/a2a/agents/info-gathering-agent").status_code == 200  # all kept
-        yield client
+def api(api):
+    assert api.get("/a2a/agents/info-gathering-agent").status_code == 200  # all kept
+    return api
 
 
 def test_a_kept_request_reads_the_token_and_appends_its_audit_event(
