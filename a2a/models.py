@@ -1,6 +1,5 @@
 import hashlib
 import hmac
-import pickle
 import secrets
 from datetime import timedelta
 
@@ -71,23 +70,17 @@ class PartnerKey(models.Model):
         prefixes = snapshot.kept(
             "partner key prefixes", lambda: frozenset(cls.objects.values_list("prefix", flat=True))
         )
-        kept = prefix in prefixes and snapshot.found(
-            ("partner key", prefix), lambda: cls._row(prefix)
+        key = prefix in prefixes and snapshot.copy_of(
+            ("partner key", prefix),
+            lambda: cls.objects.select_related("agent").filter(prefix=prefix).first(),
         )
-        if not kept or not hmac.compare_digest(kept[0], hash_key(raw_key)):
+        if not key or not hmac.compare_digest(key.key_hash, hash_key(raw_key)):
             return None, "unknown"
-        key = pickle.loads(kept[1])  # noqa: S301 (our own) — each request has its own instance
         key.agent.registry_snapshot = snapshot  # what the rest of its request reads from
         if not key.is_active:
             return key, key.state
         key.mark_used()
         return key, ""
-
-    @classmethod
-    def _row(cls, prefix):
-        """(hash, the key with its agent pickled) for what registry snapshots keep, or None."""
-        key = cls.objects.select_related("agent").filter(prefix=prefix).first()
-        return None if key is None else (key.key_hash, pickle.dumps(key))
 
     def mark_used(self):
         """At most one write a minute per key and process: "last used" needs no more

@@ -3,7 +3,6 @@ JSON-RPC and HTTP+JSON bindings): one code path for the grants, the §18 validat
 provenance, idempotent resubmission, waiting and cancellation. Refusals are DRF exceptions:
 each binding words them in its own error shape."""
 
-import pickle
 import time
 import uuid
 
@@ -49,12 +48,11 @@ def callable_agent(partner, agent_id):
     next request), so a name it may not call costs no query either. A partner authenticated by
     its key brings the snapshot its key was found in: one request, one reading."""
     snapshot = getattr(partner, "registry_snapshot", None) or registry.current()
-    kept = snapshot.kept(
+    callable_ids = snapshot.kept(
         ("callable agents", partner.pk),
-        lambda: {agent.agent_id: pickle.dumps(agent) for agent in callable_agents(partner)},
+        lambda: frozenset(callable_agents(partner).values_list("agent_id", flat=True)),
     )
-    # Kept pickled, so each request has its own instance (a view may change it).
-    return pickle.loads(kept[agent_id]) if agent_id in kept else None  # noqa: S301 (ours)
+    return snapshot.agents({agent_id}).get(agent_id) if agent_id in callable_ids else None
 
 
 def submit(partner, body):

@@ -4,8 +4,6 @@ deactivated, a password changed or a permission withdrawn — any way at all —
 the very next request, and a request that finds nothing changed reads one row for all of it.
 (Logging in moves nothing: `last_login` is not watched.)"""
 
-import pickle
-
 from django.contrib.auth import backends
 
 from mcplet_host import registry
@@ -14,16 +12,11 @@ from mcplet_host import registry
 class ModelBackend(backends.ModelBackend):
     def get_user(self, user_id):
         snapshot = registry.current()
-        kept = snapshot.found(("user", str(user_id)), lambda: self._pickled_user(user_id))
-        if kept is None:
-            return None
-        user = pickle.loads(kept)  # noqa: S301 (our own) — each request has its own instance
-        user.registry_snapshot = snapshot  # what the rest of its request reads from
+        parent = super()
+        user = snapshot.copy_of(("user", str(user_id)), lambda: parent.get_user(user_id))
+        if user is not None:
+            user.registry_snapshot = snapshot  # what the rest of its request reads from
         return user
-
-    def _pickled_user(self, user_id):
-        user = super().get_user(user_id)
-        return None if user is None else pickle.dumps(user)
 
     def get_all_permissions(self, user_obj, obj=None):
         if not user_obj.is_active or user_obj.is_anonymous or obj is not None:

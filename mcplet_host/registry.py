@@ -76,30 +76,29 @@ class Snapshot:
             lambda: frozenset(queryset.values_list("pk", flat=True)),
         )
 
-    def found(self, key, compute):
-        """`compute()`, kept under this token unless it found nothing (None), for a look-up by
-        what a caller sent: an unknown name must not grow what is kept."""
-        if key in self._kept:
-            return self._kept[key]
-        value = compute()
-        if value is not None and self.token is not None:
-            self._kept[key] = value
-        return value
+    def copy_of(self, key, compute):
+        """A copy of the model instance `compute()` returns, kept pickled under this token so
+        that each caller has its own (it may change and save it). None if it found nothing,
+        which is not kept: a look-up by what a caller sent must not grow what is kept."""
+        if key not in self._kept:
+            value = compute()
+            if value is None:
+                return None
+            if self.token is None:
+                return value
+            self._kept[key] = pickle.dumps(value)
+        return pickle.loads(self._kept[key])  # noqa: S301 (only what this process pickled)
 
     def agents(self, agent_ids):
-        """The agents of `agent_ids` that exist, by agent_id. Kept pickled, so each caller has
-        its own instances (it may change and save one)."""
-        pickled = {a: self._kept[("agent", a)] for a in agent_ids if ("agent", a) in self._kept}
-        missing = set(agent_ids) - set(pickled)
+        """The agents of `agent_ids` that exist, by agent_id (copies, as `copy_of`'s), with one
+        query for those not kept yet."""
+        missing = {a for a in agent_ids if ("agent", a) not in self._kept}
+        found = {}
         if missing:
-            found = apps.get_model("agents", "Agent").objects.in_bulk(
-                missing, field_name="agent_id"
-            )
-            for agent_id, agent in found.items():
-                pickled[agent_id] = pickle.dumps(agent)
-                if self.token is not None:
-                    self._kept[("agent", agent_id)] = pickled[agent_id]
-        return {agent_id: pickle.loads(kept) for agent_id, kept in pickled.items()}  # noqa: S301
+            agents = apps.get_model("agents", "Agent").objects
+            found = agents.in_bulk(missing, field_name="agent_id")
+        copies = {a: self.copy_of(("agent", a), lambda a=a: found.get(a)) for a in agent_ids}
+        return {a: agent for a, agent in copies.items() if agent is not None}
 
     def tool(self, name):
         if name not in self._tools:
