@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.db.models.signals import post_save
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from jsonschema import Draft202012Validator
@@ -449,6 +450,36 @@ class AgentRun(models.Model):
             updated_at__lt=since,
             waiting_for__status__in=Ceremony.FINAL,
         ).select_related("waiting_for")
+
+    def end(self, status, *, result=None, error=None):
+        """Save the run as ended, with all it holds unsaved, unless it had ended already: an
+        operator's cancel and a worker's finish may race, and whichever commits first stands.
+        One conditional UPDATE of every column: the loser waits on the row lock the winner's
+        UPDATE took, then finds the row ended and changes nothing. False then, and the run is
+        read again as it stands."""
+        self.status, self.finished_at = status, timezone.now()
+        if result is not None:
+            self.result = result
+        self.error = error
+        self.lease_until, self.lease_owner = None, ""  # an ended run is nobody's to advance
+        values = {
+            field.attname: field.pre_save(self, False)
+            for field in self._meta.concrete_fields
+            if not field.primary_key
+        }
+        if AgentRun.objects.filter(pk=self.pk).exclude(status__in=self.FINAL).update(**values):
+            # What listens to a run's saves (the dashboard's live view) hears this one too.
+            post_save.send(
+                AgentRun,
+                instance=self,
+                created=False,
+                update_fields=None,
+                raw=False,
+                using=self._state.db,
+            )
+            return True
+        self.refresh_from_db()
+        return False
 
     def release(self, owner):
         AgentRun.objects.filter(pk=self.pk, lease_owner=owner).update(

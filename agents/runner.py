@@ -431,16 +431,8 @@ def finish(run, status, *, result=None, error=None):
     may cancel a run while a worker still advances it; whichever ends it first stands, and the
     other end changes nothing (returns False)."""
     with transaction.atomic():
-        current = AgentRun.objects.select_for_update().only("status").get(pk=run.pk)
-        if current.is_final:
-            run.status = current.status
+        if not run.end(status, result=result, error=error):
             return False
-        run.status, run.finished_at = status, timezone.now()
-        if result is not None:
-            run.result = result
-        run.error = error
-        run.lease_until, run.lease_owner = None, ""  # an ended run is nobody's to advance
-        run.save()
         metrics.run_finished(status)
         # A call it held and nobody decided yet must not run for a run that has ended (one that
         # broke after holding it): it is rejected, and its continuation finds the run ended.

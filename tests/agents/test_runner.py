@@ -2,8 +2,10 @@
 result approval and hand-off — on the scripted model, through the real gateway and bus."""
 
 import json
+import threading
 
 import pytest
+from django.db import connection, transaction
 
 from a2a import bus
 from a2a.models import A2AMessage
@@ -320,3 +322,35 @@ def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director
     assert A2AMessage.objects.filter(sender_id="info-gathering-agent").count() == 1
     assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
     assert not runner.cancel(run)
+
+
+def test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing(registry, director):
+    """The two ends at once, each on its own connection: the worker's finish waits on the row
+    the cancel's uncommitted end holds, and once the cancel commits it finds the run ended."""
+    app.conf.task_always_eager = False
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    run = runner.start(request, registry["info"])
+    workers_copy = AgentRun.objects.get(pk=run.pk)
+    ended = {}
+
+    def worker():
+        try:
+            ended["worker"] = runner.finish(
+                workers_copy, AgentRun.Status.SUCCESS, result={"analysis": "late"}
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    with transaction.atomic():
+        assert runner.cancel(run, "Cancelled by an operator.")
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting for the cancel's transaction
+    thread.join(30)
+
+    assert ended == {"worker": False}
+    assert workers_copy.status == AgentRun.Status.CANCELLED and workers_copy.result is None
+    assert response_to(request)["status"] == "cancelled"
+    assert A2AMessage.objects.filter(reply_to=request.message_id).count() == 1
+    assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
