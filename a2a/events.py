@@ -20,21 +20,23 @@ def announce(sender, events, **kwargs):
     loop for such sends (mcplet_host.background), never raising into the audited work."""
     if settings.REDIS_URL is None:
         return
-    traces = sorted({event.trace_id for event in events if event.trace_id})
-    if traces:
-        background.sends.submit(lambda: _publish(traces), "a2a announcement")
+    for trace in sorted({event.trace_id for event in events if event.trace_id}):
+        background.sends.gather(PREFIX, trace, _publish, "a2a announcement")
 
 
 async def _publish(traces):
     """On the background loop (one per process: a forked child starts its own, and its own
-    client), so the client lives and dies with that loop."""
+    client), so the client lives and dies with that loop. The traces gathered since the last
+    publication go in one pipeline, each once."""
     global _publisher
     import redis.asyncio as aioredis  # (here: start-up need not load it, ~80 ms)
 
     if _publisher is None or _publisher[0] != os.getpid():
         _publisher = (os.getpid(), aioredis.from_url(settings.REDIS_URL))
-    for trace in traces:
-        await _publisher[1].publish(PREFIX + trace, "1")
+    async with _publisher[1].pipeline(transaction=False) as pipe:
+        for trace in dict.fromkeys(traces):
+            pipe.publish(PREFIX + trace, "1")
+        await pipe.execute()
 
 
 class Listener:

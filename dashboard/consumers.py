@@ -37,4 +37,5 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         return  # nothing is controlled over the socket: actions are audited POST forms
 
     async def dashboard_message(self, message):
-        await self.send_json(message["payload"])
+        for payload in message["payloads"]:  # one frame each, as the page reads them
+            await self.send_json(payload)

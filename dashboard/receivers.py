@@ -36,13 +36,19 @@ def broadcast(payload):
         layer = get_channel_layer()
         if layer is None:
             return
-        message = {"type": MESSAGE_TYPE, "payload": payload}
         if not isinstance(layer, InMemoryChannelLayer):
-            background.sends.submit(lambda: layer.group_send(GROUP, message), "dashboard broadcast")
+            # Payloads queued together go in one group message: one Redis round trip for many.
+            background.sends.gather(
+                GROUP, payload, lambda payloads: _send(layer, payloads), "dashboard broadcast"
+            )
         elif serving_loop is not None and not serving_loop.is_closed():
-            asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), serving_loop)
+            asyncio.run_coroutine_threadsafe(_send(layer, [payload]), serving_loop)
     except Exception as exc:  # the caller's work is done: never undo it for us
         log.warning("dashboard broadcast failed: %s: %s", type(exc).__name__, exc)
+
+
+def _send(layer, payloads):
+    return layer.group_send(GROUP, {"type": MESSAGE_TYPE, "payloads": payloads})
 
 
 def audit_payload(events):

@@ -5,7 +5,11 @@ loop that awaits each send in order, its clients keeping their connections on th
 `async_to_sync` in the caller would cost it a new event loop and a new connection per message
 (~10 ms on every audited tool call), and even a plain Redis round trip is a share of a gateway
 call's overhead. Started lazily and again after a fork (Celery's prefork children do not
-inherit threads)."""
+inherit threads).
+
+Sends of one kind gather (`gather`): what is queued while the loop has not yet reached the
+first of them goes out in that one send, so a busy process makes one Redis round trip for many
+messages, and an idle one sends each at once."""
 
 import asyncio
 import logging
@@ -20,6 +24,7 @@ class Background:
         self.name = name
         self._lock = threading.Lock()
         self._pid = None
+        self._gathered = {}  # kind -> the items its queued send will take
 
     def submit(self, send, what):
         """Await `send()` on the loop after what was submitted before; a failure is logged as
@@ -28,10 +33,27 @@ class Background:
             self._start()
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (send, what))
 
+    def gather(self, kind, item, send, what):
+        """Queue `item` for `send(items)`, awaited once for all the items of `kind` queued
+        before the loop reaches it, in the order they came."""
+        if self._pid != os.getpid():
+            self._start()
+        with self._lock:
+            if kind in self._gathered:
+                self._gathered[kind].append(item)
+                return
+            self._gathered[kind] = [item]
+        self.submit(lambda: send(self._take(kind)), what)
+
+    def _take(self, kind):
+        with self._lock:
+            return self._gathered.pop(kind)
+
     def _start(self):
         with self._lock:
             if self._pid == os.getpid():
                 return
+            self._gathered = {}  # a forked child's: its parent's queued sends are not its own
             self._loop = asyncio.new_event_loop()
             self._queue = asyncio.Queue()
             ready = threading.Event()

@@ -4,6 +4,7 @@ embedded mode). Broadcasts come from the signal receivers, as in production."""
 
 import asyncio
 import copy
+import threading
 import uuid
 
 import pytest
@@ -18,7 +19,7 @@ from agents.models import Agent, AgentRun
 from dashboard import receivers
 from held.kinds import result as held_result
 from held.models import Asker
-from mcplet_host import audit
+from mcplet_host import audit, background
 from mcplet_host.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,6 +219,38 @@ def test_a_trusted_origin_may_connect(staff, settings):
 @pytest.mark.services
 def test_staff_with_an_allowed_origin_connect(staff):
     assert connect(headers(staff))[0]
+
+
+@pytest.mark.services
+def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
+    """Under load a process sends what it queued meanwhile as one group message; the socket
+    still gets each payload as a frame of its own, in order."""
+    signed_in = headers(staff)
+    trace = str(uuid.uuid4())
+
+    async def session():
+        socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=signed_in)
+        assert (await socket.connect(timeout=10))[0]
+        await socket.receive_json_from(timeout=5)  # hello
+        gate = threading.Event()
+
+        async def hold():
+            await asyncio.get_running_loop().run_in_executor(None, gate.wait, 5)
+
+        background.sends.submit(hold, "hold")  # the process's sending loop is busy meanwhile
+        for i in range(3):
+            receivers.broadcast({"type": "audit", "events": [{"trace_id": trace, "seq": i}]})
+        gate.set()
+        frames = [
+            await wait_for(
+                socket, lambda m: m["type"] == "audit" and m["events"][0]["trace_id"] == trace
+            )
+            for _ in range(3)
+        ]
+        assert [frame["events"][0]["seq"] for frame in frames] == [0, 1, 2]
+        await socket.disconnect()
+
+    async_to_sync(session)()
 
 
 def test_a_broken_channel_layer_never_breaks_the_caller(staff, monkeypatch, caplog):
