@@ -3,14 +3,18 @@ import signal
 import threading
 import time
 
-from django.core.asgi import get_asgi_application
+import django
 
 from mcplet_host import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 # Each web process (and runhost) traces, if asked, before Django loads its middleware.
 tracing.setup()
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
+
+from mcplet_host.handler import ASGIHandler  # noqa: E402
+
+django_asgi_app = ASGIHandler()
 
 # Imported once Django is set up (they load models).
 from channels.auth import AuthMiddlewareStack  # noqa: E402

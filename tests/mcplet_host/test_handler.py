@@ -1,0 +1,96 @@
+"""The web's ASGI handler (mcplet_host.handler): a request's whole middleware chain and its view
+run in one hop to a thread, not a hop for each middleware's hooks as in Django's own handler,
+and the chain still does all it did."""
+
+import json
+
+import pytest
+from asgiref import sync
+from asgiref.testing import ApplicationCommunicator
+from django.db import connection
+
+from mcplet_host.asgi import application
+from mcplet_host.models import AuditEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def get(path):
+    """(status, headers, body) of a GET through the host's ASGI application."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"localhost:8000")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("localhost", 8000),
+    }
+
+    async def exchange():
+        app = ApplicationCommunicator(application, scope)
+        await app.send_input({"type": "http.request", "body": b""})
+        start = await app.receive_output(10)
+        body = b""
+        while True:
+            message = await app.receive_output(10)
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                return start["status"], dict(start["headers"]), body
+
+    return sync.async_to_sync(exchange)()
+
+
+@pytest.fixture(autouse=True)
+def no_session_left():
+    """The requests' threads end with their database sessions still open (in this in-process
+    exchange, not under a server): end them, or the test database cannot be dropped."""
+    yield
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+
+@pytest.fixture
+def hops(monkeypatch):
+    """How many times sync code is called from the loop (SyncToAsync)."""
+    counted = []
+    real = sync.SyncToAsync.__call__
+
+    def counting(self, *args, **kwargs):
+        counted.append(getattr(self.func, "__qualname__", repr(self.func)))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sync.SyncToAsync, "__call__", counting)
+    return counted
+
+
+def test_a_request_makes_one_hop_for_its_middleware_and_view(hops):
+    get("/a2a/agents")  # warm: the first request imports the views
+    hops.clear()
+
+    status, headers, body = get("/a2a/agents")
+
+    assert status == 401  # the partner API refused it: the view ran
+    assert json.loads(body)["error"]["code"] == "AUTH_REQUIRED"
+    # request_started's receivers, the chain with its view, and the response's close.
+    assert len(hops) <= 3, hops
+    assert sum("get_response" in name for name in hops) == 1, hops
+
+
+def test_the_middleware_still_runs_around_the_view():
+    status, headers, _ = get("/a2a/agents")
+
+    assert status == 401
+    assert headers[b"X-Frame-Options"] == b"DENY"  # XFrameOptionsMiddleware, the innermost
+    assert headers[b"X-Content-Type-Options"] == b"nosniff"  # SecurityMiddleware, the outermost
+    event = AuditEvent.objects.filter(event_type="a2a.partner.request").latest("seq")
+    assert event.details["status"] == 401 and event.details["path"] == "/a2a/agents"
