@@ -4,7 +4,6 @@ embedded mode). Broadcasts come from the signal receivers, as in production."""
 
 import asyncio
 import copy
-import threading
 import uuid
 
 import pytest
@@ -21,6 +20,7 @@ from held.kinds import result as held_result
 from held.models import Asker
 from mcplet_host import audit, background
 from mcplet_host.asgi import application
+from tests.mcplet_host.test_background import busy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +48,14 @@ def connect(hdrs):
         return connected, code
 
     return async_to_sync(attempt)()
+
+
+async def opened(signed_in):
+    """A staff socket, its hello read."""
+    socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=signed_in)
+    assert (await socket.connect(timeout=10))[0]
+    await socket.receive_json_from(timeout=5)  # hello
+    return socket
 
 
 async def wait_for(socket, wanted, timeout=10):
@@ -151,9 +159,7 @@ def test_a_quiet_socket_stays_open(staff, settings):
     trace = str(uuid.uuid4())
 
     async def session():
-        socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=signed_in)
-        assert (await socket.connect(timeout=10))[0]
-        await socket.receive_json_from(timeout=5)  # hello
+        socket = await opened(signed_in)
         await asyncio.sleep(7)  # longer than one blocking receive
         await database_sync_to_async(audit.record)("TOOL_EXECUTED", trace_id=trace)
         await wait_for(
@@ -229,15 +235,8 @@ def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
     trace = str(uuid.uuid4())
 
     async def session():
-        socket = WebsocketCommunicator(application, "/ws/dashboard/", headers=signed_in)
-        assert (await socket.connect(timeout=10))[0]
-        await socket.receive_json_from(timeout=5)  # hello
-        gate = threading.Event()
-
-        async def hold():
-            await asyncio.get_running_loop().run_in_executor(None, gate.wait, 5)
-
-        background.sends.submit(hold, "hold")  # the process's sending loop is busy meanwhile
+        socket = await opened(signed_in)
+        gate = busy(background.sends)  # the process's sending loop is busy meanwhile
         for i in range(3):
             receivers.broadcast({"type": "audit", "events": [{"trace_id": trace, "seq": i}]})
         gate.set()
