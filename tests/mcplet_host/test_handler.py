@@ -1,15 +1,17 @@
 """The web's ASGI handler (mcplet_host.handler): a request's whole middleware chain and its view
 run in one hop to a thread, not a hop for each middleware's hooks as in Django's own handler,
-and the chain still does all it did."""
+and the chain still does all it did. Its threads are kept for the next requests."""
 
 import json
+import threading
 
 import pytest
 from asgiref import sync
 from asgiref.testing import ApplicationCommunicator
-from django.db import connection
+from django.core.signals import request_finished
 
-from mcplet_host.asgi import application
+from mcplet_host.asgi import application, django_asgi_app
+from mcplet_host.handler import RequestThread
 from mcplet_host.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,22 +43,10 @@ def get(path):
             message = await app.receive_output(10)
             body += message.get("body", b"")
             if not message.get("more_body"):
+                await app.wait(10)  # the handler's end: the response closed, request_finished
                 return start["status"], dict(start["headers"]), body
 
     return sync.async_to_sync(exchange)()
-
-
-@pytest.fixture(autouse=True)
-def no_session_left():
-    """The requests' threads end with their database sessions still open (in this in-process
-    exchange, not under a server): end them, or the test database cannot be dropped."""
-    yield
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
 
 
 @pytest.fixture
@@ -94,3 +84,32 @@ def test_the_middleware_still_runs_around_the_view():
     assert headers[b"X-Content-Type-Options"] == b"nosniff"  # SecurityMiddleware, the outermost
     event = AuditEvent.objects.filter(event_type="a2a.partner.request").latest("seq")
     assert event.details["status"] == 401 and event.details["path"] == "/a2a/agents"
+
+
+def test_requests_in_turn_share_a_kept_thread():
+    threads = []
+
+    def finished(**kwargs):
+        threads.append(threading.current_thread())
+
+    request_finished.connect(finished)
+    try:
+        for _ in range(3):
+            assert get("/a2a/agents")[0] == 401
+    finally:
+        request_finished.disconnect(finished)
+    assert len(set(threads)) == 1 and threads[0].name.startswith("request")
+    assert threads[0].is_alive()  # kept, idle, for the next request
+
+
+def test_a_thread_still_busy_serves_no_other_request():
+    """A request cut short (its client gone) may leave its sync code running on its thread."""
+    thread, release = RequestThread(), threading.Event()
+    running = thread.submit(release.wait, 5)
+    django_asgi_app._give_back(thread)
+    assert thread not in django_asgi_app._idle
+    release.set()
+    assert running.result(5) is True
+    idle = RequestThread()
+    django_asgi_app._give_back(idle)
+    assert django_asgi_app._idle[-1] is idle
