@@ -50,7 +50,6 @@ asserted: it is a benchmark.
 import argparse
 import asyncio
 import contextlib
-import cProfile
 import json
 import logging
 import os
@@ -66,7 +65,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
-from bench import common, web
+from bench import common, in_process, web
 from tests.processes import stop
 
 PARTNER, ECHO, PRIVATE = "bench-partner", "bench-echo", "bench-private"
@@ -293,52 +292,6 @@ def load(url, name, spec, args, server_pid):
     }
 
 
-# --- in process: queries and profile ----------------------------------------------------------
-
-
-def in_process_client():
-    from django.test import Client
-
-    return Client(SERVER_NAME="127.0.0.1")
-
-
-def in_process_request(client, spec):
-    _, method, path, headers, body = spec
-    extra = {"headers": {k: v for k, v in headers.items() if k != "Content-Type"}}
-    if method == "GET":
-        return client.get(path, **extra)
-    return client.post(path, data=body(), content_type="application/json", **extra)
-
-
-def queries_per_kind(raw_key, names):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    specs, client, captured = kinds(raw_key), in_process_client(), {}
-    for name in names:
-        in_process_request(client, specs[name])  # warm
-        with CaptureQueriesContext(connection) as queries:
-            response = in_process_request(client, specs[name])
-        captured[name] = (response.status_code, [q["sql"] for q in queries.captured_queries])
-    return captured
-
-
-def profile_kinds(raw_key, names, n, top):
-    specs, client = kinds(raw_key), in_process_client()
-    for name in names:
-        for _ in range(20):
-            in_process_request(client, specs[name])
-        profiler = cProfile.Profile(time.process_time)  # CPU: waits on the database are not hot
-        start = time.perf_counter()
-        profiler.enable()
-        for _ in range(n):
-            in_process_request(client, specs[name])
-        profiler.disable()
-        per = (time.perf_counter() - start) / n * 1000
-        title = f"cProfile, {name}, {n} in-process requests ({per:.2f} ms each under the profiler)"
-        common.print_profile(profiler, title, top)
-
-
 def profile_servers(specs, names, args, env, workdir):
     """A server of the first process count per kind, every thread of every process profiled
     (bench.web_asgi writes one stats file per process as it exits), merged."""
@@ -410,17 +363,6 @@ def print_server_errors(workdir):
         )
         for line, count in ends.most_common(10):
             print(f"    {log.name}: {count}× {line[:160]}")
-
-
-def print_queries(captured):
-    print("\nSQL per request, in process (Django test client, one request after a warm one):")
-    for name, (status, statements) in captured.items():
-        kinds_count = Counter(sql.split(None, 1)[0].upper() for sql in statements)
-        summary = ", ".join(f"{k} {v}" for k, v in sorted(kinds_count.items()))
-        print(f"\n  {name} ({status}): {len(statements)} statements ({summary})")
-        for sql in statements:
-            text = " ".join(sql.split())
-            print(f"    {text[:120]}{'…' if len(text) > 120 else ''}")
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -507,9 +449,9 @@ def run(args, raw_key, queue, workdir):
     print(f"\n  (task requests left queued, never delivered: {queued})")
     names = ["trivial", "refused", "forbidden", "accepted", "accepted JSON-RPC"]
     logging.disable(logging.WARNING)  # django.request's lines for the expected 4xx
-    print_queries(queries_per_kind(raw_key, names))
+    in_process.print_queries(in_process.queries(kinds(raw_key), names))
     if args.profile:
-        profile_kinds(raw_key, names, args.requests, args.top)
+        in_process.profile(kinds(raw_key), names, args.requests, args.top)
     if args.server_profile:
         logging.disable(logging.NOTSET)
         profile_servers(specs, names, args, {**os.environ, "PYTHONUNBUFFERED": "1"}, workdir)

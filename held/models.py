@@ -360,19 +360,26 @@ class Ceremony(models.Model):
 
     def approve(self, user, assertion=None):
         """Record the approval and go on as the kind says. False if it is no longer pending
-        (or its kind is never approved, e.g. a form: it is answered)."""
+        (or its kind is never approved, e.g. a form: it is answered).
+
+        One conditional UPDATE decides: of two decisions racing, the later waits on the row
+        lock the first one's UPDATE took, then finds the call decided and changes nothing. Only
+        a decision changes a call's columns, so a pending row is this instance as read."""
+        if not self.rules.approvable:
+            return False
+        now = timezone.now()
         with transaction.atomic():
-            ceremony = Ceremony.objects.select_for_update().get(pk=self.pk)
-            if ceremony.status != self.Status.PENDING or ceremony.is_overdue:
+            pending = Ceremony.objects.filter(
+                pk=self.pk, status=self.Status.PENDING, expires_at__gt=now
+            )
+            if not pending.update(status=self.Status.APPROVED, decided_by=user, decided_at=now):
                 return False
-            if not ceremony.rules.approvable:
-                return False
+            self.status, self.decided_by, self.decided_at = self.Status.APPROVED, user, now
+            metrics.decided(self, user)
             if assertion is not None:
                 cache.set(self.assertion_key, assertion, ASSERTION_CACHE_TTL)
-            ceremony._decide(self.Status.APPROVED, user)
-            ceremony._audit_decision(audit.EventType.PERMISSION_GRANTED, audit.SUCCESS)
-            ceremony.rules.after_decision(ceremony)
-        self._became(ceremony)
+            self._audit_decision(audit.EventType.PERMISSION_GRANTED, audit.SUCCESS)
+            self.rules.after_decision(self)
         return True
 
     def decline(self, status, user=None):

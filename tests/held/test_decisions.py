@@ -1,0 +1,72 @@
+"""A person's decision on a held call is taken once: an approval made from a copy read before
+another decision committed changes nothing, and nothing runs (the MCP server's call log)."""
+
+import threading
+
+import pytest
+from django.core.cache import cache
+from django.db import connection, transaction
+
+from held import lifecycle
+from held.models import Ceremony
+from mcplet_host.models import AuditEvent
+from tests.passkey.conftest import hold_email
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
+
+ASSERTION = {"type": "passkey_assertion", "challenge": "c2lnbmVk"}
+
+
+def granted():
+    return AuditEvent.objects.filter(event_type="PERMISSION_GRANTED").count()
+
+
+def test_an_approval_from_a_copy_read_before_a_reject_runs_nothing(registry, approver, calls):
+    held = hold_email(registry)
+    pages_copy = Ceremony.objects.get(pk=held.pk)  # the approver's page read it pending
+    assert Ceremony.objects.get(pk=held.pk).decline(Ceremony.Status.REJECTED, approver)
+
+    assert pages_copy.approve(approver, assertion=ASSERTION) is False
+    lifecycle.resume(held.pk)
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.REJECTED and held.decided_by == approver
+    assert granted() == 0 and cache.get(held.assertion_key) is None
+    assert calls() == []
+
+
+def test_an_approval_racing_a_reject_waits_for_it_then_changes_nothing(registry, approver, calls):
+    """Each on its own connection: the approval waits on the row the reject's uncommitted
+    decision holds, and once the reject commits it finds the call decided."""
+    held = hold_email(registry)
+    pages_copy = Ceremony.objects.get(pk=held.pk)
+    approved = {}
+
+    def approve():
+        try:
+            approved["page"] = pages_copy.approve(approver, assertion=ASSERTION)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=approve)
+    with transaction.atomic():
+        assert Ceremony.objects.get(pk=held.pk).decline(Ceremony.Status.REJECTED, approver)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting for the reject's transaction
+    thread.join(30)
+
+    assert approved == {"page": False}
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.REJECTED and granted() == 0
+    assert AuditEvent.objects.filter(event_type="PERMISSION_DENIED").count() == 1
+    assert cache.get(held.assertion_key) is None and calls() == []
+
+
+def test_an_approval_runs_its_call_once(registry, approver, calls):
+    held = hold_email(registry)
+    assert held.approve(approver, assertion=ASSERTION) is True
+    assert held.status == Ceremony.Status.APPROVED and held.decided_by == approver
+    assert Ceremony.objects.get(pk=held.pk).approve(approver) is False  # decided already
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.EXECUTED and granted() == 1
+    assert [call["name"] for call in calls()] == ["send_email"]
