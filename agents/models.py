@@ -6,7 +6,6 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
-from django.db.models.signals import post_save
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from jsonschema import Draft202012Validator
@@ -18,6 +17,7 @@ from a2a.models import A2AMessage
 from a2a.schemas import json_path
 from a2a.webhooks import validate_networks
 from held.models import Ceremony
+from mcplet_host import signals
 from mcplet_host.authority import Authority
 from pools.fields import SealedJSONField
 from pools.models import Pool, validate_http_url
@@ -468,15 +468,7 @@ class AgentRun(models.Model):
             if not field.primary_key
         }
         if AgentRun.objects.filter(pk=self.pk).exclude(status__in=self.FINAL).update(**values):
-            # What listens to a run's saves (the dashboard's live view) hears this one too.
-            post_save.send(
-                AgentRun,
-                instance=self,
-                created=False,
-                update_fields=None,
-                raw=False,
-                using=self._state.db,
-            )
+            signals.saved(self)  # the dashboard's live view hears this save too
             return True
         self.refresh_from_db()
         return False

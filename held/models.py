@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from mcplet_host import audit, metrics, tracing
+from mcplet_host import audit, metrics, signals, tracing
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey.assertions import EXPIRED, NOT_PENDING, Refused
@@ -375,6 +375,7 @@ class Ceremony(models.Model):
             if not pending.update(status=self.Status.APPROVED, decided_by=user, decided_at=now):
                 return False
             self.status, self.decided_by, self.decided_at = self.Status.APPROVED, user, now
+            signals.saved(self, update_fields={"status", "decided_by", "decided_at"})
             metrics.decided(self, user)
             if assertion is not None:
                 cache.set(self.assertion_key, assertion, ASSERTION_CACHE_TTL)

@@ -6,9 +6,11 @@ import threading
 import pytest
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.db.models.signals import post_save
 
 from held import lifecycle
 from held.models import Ceremony
+from mcplet_host.celery import app
 from mcplet_host.models import AuditEvent
 from tests.passkey.conftest import hold_email
 
@@ -70,3 +72,22 @@ def test_an_approval_runs_its_call_once(registry, approver, calls):
     held.refresh_from_db()
     assert held.status == Ceremony.Status.EXECUTED and granted() == 1
     assert [call["name"] for call in calls()] == ["send_email"]
+
+
+def test_an_approval_is_heard_before_its_call_runs(registry, approver, calls):
+    """What listens to a held call's saves (the dashboard's live view, the loopback page)
+    hears the approval itself, not only the worker's later run of the call."""
+    app.conf.task_always_eager = False  # no worker: the call waits in the queue
+    held = hold_email(registry)
+    heard = []
+
+    def listen(sender, instance, update_fields, **kwargs):
+        heard.append((instance.pk, instance.status, update_fields))
+
+    post_save.connect(listen, sender=Ceremony, weak=False)
+    try:
+        assert held.approve(approver, assertion=ASSERTION)
+    finally:
+        post_save.disconnect(listen, sender=Ceremony)
+    assert heard == [(held.pk, "approved", {"status", "decided_by", "decided_at"})]
+    assert calls() == []
