@@ -126,7 +126,8 @@ def refuse(message_id, row, reason, code="X_REFUSED"):
         },
     )
     if row is not None and reason != FORGED:
-        A2AMessage.objects.filter(pk=row.pk).update(state=A2AMessage.State.REFUSED)
+        row.state = A2AMessage.State.REFUSED  # not answered: the response must not say so
+        A2AMessage.objects.filter(pk=row.pk).update(state=row.state)
         respond(row, "error", error={"message": f"Refused: {reason}.", "code": code})
 
 

@@ -76,7 +76,7 @@ def advance(run_id):
     owner = secrets.token_hex(8)
     while AgentRun.claim(run_id, owner):  # else finished, waiting, or another worker holds it
         # Read once the lease is ours: whatever the worker before us saved is in it.
-        run = AgentRun.objects.select_related("agent", "request").get(pk=run_id)
+        run = AgentRun.objects.select_related("agent__hands_off_to", "request").get(pk=run_id)
         if not _advance_leased(run, owner):
             return
 
@@ -462,6 +462,7 @@ def finish(run, status, *, result=None, error=None):
                 **({"error": error} if error else {}),
             },
         )
+        # As read with the run's agent; its delivery checks it against the registry as it is then.
         target = run.agent.hands_off_to
         if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
             bus.send_task(

@@ -90,12 +90,12 @@ class Snapshot:
         return pickle.loads(self._kept[key])  # noqa: S301 (only what this process pickled)
 
     def agents(self, agent_ids):
-        """The agents of `agent_ids` that exist, by agent_id (copies, as `copy_of`'s), with one
-        query for those not kept yet."""
+        """The agents of `agent_ids` that exist, by agent_id (copies, as `copy_of`'s), each with
+        the agent it hands off to, with one query for those not kept yet."""
         missing = {a for a in agent_ids if ("agent", a) not in self._kept}
         found = {}
         if missing:
-            agents = apps.get_model("agents", "Agent").objects
+            agents = apps.get_model("agents", "Agent").objects.select_related("hands_off_to")
             found = agents.in_bulk(missing, field_name="agent_id")
         copies = {a: self.copy_of(("agent", a), lambda a=a: found.get(a)) for a in agent_ids}
         return {a: agent for a, agent in copies.items() if agent is not None}

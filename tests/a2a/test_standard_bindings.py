@@ -12,9 +12,11 @@ import pytest
 
 from a2a.models import A2AMessage, PartnerKey
 from a2a.schemas import validate, validate_wire
-from agents.models import AgentRun
+from agents.models import Agent, AgentRun
+from agents.tasks import deliver
 from held.models import Ceremony
 from mcplet_host.authority import Authority
+from mcplet_host.celery import app
 from mcplet_host.models import AuditEvent
 from tests.a2a.test_endpoint import info_script
 from tests.a2a_sdk import sdk
@@ -248,6 +250,39 @@ def test_a_held_call_is_auth_required_then_completed(
     done = one(peer.call(op="get", url=url, key=key, binding=binding, id=task["id"]))
     assert done["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(calls("send_email")) == 1
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_task_its_delivery_refuses_is_rejected(
+    live_server, peer, key, registry, partner, script, calls, binding
+):
+    registry["info"].model = info_script(script, tools=("query_crm",))
+    registry["info"].save()
+    url = f"{live_server.url}/a2a/v1"
+    app.conf.task_always_eager = False  # accepted; the test delivers it, as a worker would
+    task = one(
+        peer.call(
+            op="send",
+            url=url,
+            key=key,
+            binding=binding,
+            message=user_message(),
+            tenant="info-gathering-agent",
+        )
+    )["task"]
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+    Agent.objects.filter(agent_id="info-gathering-agent").update(enabled=False)  # meanwhile
+    request = A2AMessage.objects.get(type="task_request")
+    deliver(str(request.message_id), request.signature)
+
+    got = one(peer.call(op="get", url=url, key=key, binding=binding, id=task["id"]))
+    assert got["status"]["state"] == "TASK_STATE_REJECTED"
+    assert "is disabled" in got["status"]["message"]["parts"][0]["text"]
+    listed = one(
+        peer.call(op="list", url=url, key=key, binding=binding, status="TASK_STATE_REJECTED")
+    )
+    assert [t["id"] for t in listed["tasks"]] == [task["id"]]
+    assert not AgentRun.objects.exists() and calls() == []
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

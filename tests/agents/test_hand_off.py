@@ -1,0 +1,69 @@
+"""A run's hand-off (`Agent.hands_off_to`): its target comes with the run's agent, as the
+delivery read it from the kept registry, and its own delivery checks it again against the
+registry as it is then — a target disabled meanwhile is refused there, and nothing runs."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from a2a import bus
+from a2a.models import A2AMessage
+from agents import runner
+from agents.models import Agent, AgentRun
+from mcplet_host import registry as kept_registry
+from mcplet_host.celery import app
+from mcplet_host.models import AuditEvent
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
+
+
+@pytest.fixture
+def chain(registry, director, script):
+    """info → planning, each answering at once (planning would call query_crm first)."""
+    info, planning = registry["info"], registry["planning"]
+    info.model = script(
+        {
+            "info-gathering-agent": [{"json": {"analysis": "rain"}}] * 2,
+            "planning-agent": [
+                {"tool_calls": [{"name": "query_crm", "arguments": {"filter": "rain"}}]},
+                {"json": {"plan": "dessert"}},
+            ]
+            * 2,
+        }
+    )
+    planning.model, info.hands_off_to = info.model, planning
+    info.save()
+    planning.save()
+    return info, planning
+
+
+def test_a_delivery_that_hands_off_reads_no_agent_row(chain, calls):
+    bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})  # warms the registry
+    with CaptureQueriesContext(connection) as statements:
+        bus.send_task("director", "info-gathering-agent", {"store": "ikebukuro"})
+    runs = AgentRun.objects.filter(agent__agent_id="planning-agent")
+    assert [r.status for r in runs] == [AgentRun.Status.SUCCESS] * 2
+    assert len(calls("query_crm")) == 2
+    agents_table = connection.ops.quote_name(Agent._meta.db_table)
+    read = [q["sql"] for q in statements.captured_queries if f"FROM {agents_table}" in q["sql"]]
+    assert read == []
+
+
+def test_a_target_disabled_while_its_sender_ran_is_refused_at_its_delivery(chain, calls):
+    info, _ = chain
+    app.conf.task_always_eager = False  # the worker is this test until the sender ends
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    delivered = kept_registry.current().agents({info.agent_id})[info.agent_id]
+    run = runner.start(request, delivered)  # as the delivery started it
+    Agent.objects.filter(agent_id="planning-agent").update(enabled=False)  # meanwhile
+
+    app.conf.task_always_eager = True
+    assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    refused = AuditEvent.objects.get(event_type="a2a.message.refused")
+    assert refused.details["messageId"] == str(hand_off.message_id)
+    assert "'planning-agent' is disabled" in refused.details["reason"]
+    assert hand_off.state == A2AMessage.State.REFUSED
+    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+    assert calls() == []  # planning never ran: its server saw nothing
