@@ -258,18 +258,10 @@ def test_a_task_its_delivery_refuses_is_rejected(
 ):
     registry["info"].model = info_script(script, tools=("query_crm",))
     registry["info"].save()
-    url = f"{live_server.url}/a2a/v1"
+    agent, url = f"{live_server.url}/a2a/v1/info-gathering-agent", f"{live_server.url}/a2a/v1"
     app.conf.task_always_eager = False  # accepted; the test delivers it, as a worker would
-    task = one(
-        peer.call(
-            op="send",
-            url=url,
-            key=key,
-            binding=binding,
-            message=user_message(),
-            tenant="info-gathering-agent",
-        )
-    )["task"]
+    task = one(peer.call(op="send", url=agent, key=key, binding=binding, message=user_message()))
+    task = task["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     Agent.objects.filter(agent_id="info-gathering-agent").update(enabled=False)  # meanwhile
     request = A2AMessage.objects.get(type="task_request")
