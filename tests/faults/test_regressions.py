@@ -20,6 +20,9 @@ from tests.processes import celery_worker, environment, free_port, wait_until
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
+RESUME = "mcplet_host.resume_call"
+
+
 def overdue_call(registry):
     ceremony = gateway.call_tool(registry["planning"], "approve_plan", {}, "model").ceremony
     Ceremony.objects.filter(pk=ceremony.pk).update(expires_at=timezone.now() - timedelta(1))
@@ -31,10 +34,12 @@ def expired(ceremony):
     return ceremony.status == Ceremony.Status.EXPIRED
 
 
-def idle(log):
-    """Every task the worker received has ended (the resumes an expiry queues included)."""
+def idle(log, resumes):
+    """Every task the worker received has ended, and so have the `resumes` an expiry queued
+    (queued in its commit, they may not be received yet when the expiry has ended)."""
     text = log.read_text()
-    return text.count("] received") == len(re.findall(r"\] (succeeded in|raised)", text))
+    ended = re.findall(r"Task ([\w.]+)\[[^\]]*\] (?:succeeded in|raised)", text)
+    return text.count("] received") == len(ended) and ended.count(RESUME) == resumes
 
 
 def test_seed_107_a_worker_outlives_its_terminated_database_connection(registry, tmp_path):
@@ -47,7 +52,7 @@ def test_seed_107_a_worker_outlives_its_terminated_database_connection(registry,
         wait_until(lambda: expired(first) and expired(second), "the first expiry")
         # A task the termination cuts mid-commit fails by design (recover_calls queues it
         # again); what seed 107 broke was the tasks after it, so terminate between tasks.
-        wait_until(lambda: idle(log), "the resumes the first expiry queued")
+        wait_until(lambda: idle(log, resumes=2), "the resumes the first expiry queued")
         third = overdue_call(registry)
         with connection.cursor() as cursor:
             cursor.execute(
