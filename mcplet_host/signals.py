@@ -13,7 +13,7 @@ def saved(instance, update_fields=None):
         type(instance),
         instance=instance,
         created=False,
-        update_fields=update_fields,
+        update_fields=None if update_fields is None else frozenset(update_fields),  # as save()
         raw=False,
         using=instance._state.db,
     )
