@@ -113,3 +113,19 @@ def test_a_thread_still_busy_serves_no_other_request():
     idle = RequestThread()
     django_asgi_app._give_back(idle)
     assert django_asgi_app._idle[-1] is idle
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/a2a/\x00agents", 400),  # a NUL in the path: refused by the host's middleware
+        ("/a2a/agents%00", 401),
+        ("/a2a/agents/%ED%A0%80", 401),  # a lone surrogate, percent-encoded
+        ("/a2a/agents/\\evil", 401),
+        ("/a2a/tasks/1e400", 401),
+        ("/passkey/ceremonies/%00/", 302),  # to the sign-in page
+        ("/" + "a/" * 2000, 404),
+    ],
+)
+def test_a_hostile_path_is_answered_not_a_server_error(path, status):
+    assert get(path)[0] == status
