@@ -9,7 +9,8 @@ inherit threads).
 
 Sends of one kind gather (`gather`): what is queued while the loop has not yet reached the
 first of them goes out in that one send, so a busy process makes one Redis round trip for many
-messages, and an idle one sends each at once."""
+messages, and an idle one sends each at once. The kinds gathered meanwhile wake the loop once
+(waking it costs the caller a write to its self-pipe, and the loop a turn)."""
 
 import asyncio
 import logging
@@ -24,7 +25,7 @@ class Background:
         self.name = name
         self._lock = threading.Lock()
         self._pid = None
-        self._gathered = {}  # kind -> the items its queued send will take
+        self._gathered = {}  # kind -> (the items its queued send will take, send, what)
 
     def submit(self, send, what):
         """Await `send()` on the loop after what was submitted before; a failure is logged as
@@ -35,19 +36,23 @@ class Background:
 
     def gather(self, kind, item, send, what):
         """Queue `item` for `send(items)`, awaited once for all the items of `kind` queued
-        before the loop reaches it, in the order they came."""
+        before the loop reaches them, in the order they came; kinds in the order they came."""
         if self._pid != os.getpid():
             self._start()
         with self._lock:
+            waking = not self._gathered
             if kind in self._gathered:
-                self._gathered[kind].append(item)
-                return
-            self._gathered[kind] = [item]
-        self.submit(lambda: send(self._take(kind)), what)
+                self._gathered[kind][0].append(item)
+            else:
+                self._gathered[kind] = ([item], send, what)
+        if waking:
+            self.submit(self._send_gathered, "gathered sends")
 
-    def _take(self, kind):
+    async def _send_gathered(self):
         with self._lock:
-            return self._gathered.pop(kind)
+            gathered, self._gathered = self._gathered, {}
+        for items, send, what in gathered.values():
+            await self._send(lambda send=send, items=items: send(items), what)
 
     def _start(self):
         with self._lock:
@@ -68,11 +73,14 @@ class Background:
 
     async def _pump(self):
         while True:
-            send, what = await self._queue.get()
-            try:
-                await send()
-            except Exception as exc:
-                log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
+            await self._send(*await self._queue.get())
+
+    @staticmethod
+    async def _send(send, what):
+        try:
+            await send()
+        except Exception as exc:
+            log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
 
 
 sends = Background("after-commit-sends")

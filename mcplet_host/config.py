@@ -1,7 +1,7 @@
 """Typed access to the environment. Every error names the variable it is about."""
 
 import os
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -101,3 +101,10 @@ def env_database(name, default):
             "timeout": 10,
         }
     return config
+
+
+def redis_db(url):
+    """The database a redis:// URL names, as redis-py reads it (`?db=`, else the path, else 0),
+    without importing redis-py (whose import loads its asyncio client: a slower start-up)."""
+    parsed = urlparse(url)
+    return parse_qs(parsed.query).get("db", [parsed.path.strip("/") or "0"])[0]

@@ -19,6 +19,7 @@ from mcplet_host.config import (
     env_list,
     env_str,
     env_url,
+    redis_db,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -173,12 +174,15 @@ else:
     }
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py 8 times sockets out after 5 s, as long as channels-redis's blocking
-            # receive: idle websockets would drop (django/channels_redis#422).
+            # Redis pub/sub: a group message is one PUBLISH (the sorted-set layer makes two
+            # round trips even to an empty group). The dashboard's live view is its only user,
+            # and a socket that is not connected has no use for a message kept for it.
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
-                "prefix": "mcplet:channels",
+                "hosts": [{"address": REDIS_URL}],
+                # Redis's channels are server-wide, not per database: the database's number
+                # keeps two hosts on one Redis server out of each other's streams.
+                "prefix": f"mcplet:channels:{redis_db(REDIS_URL)}",
             },
         }
     }

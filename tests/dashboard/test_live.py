@@ -4,7 +4,9 @@ embedded mode). Broadcasts come from the signal receivers, as in production."""
 
 import asyncio
 import copy
+import runpy
 import uuid
+from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -12,7 +14,10 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
+from django.utils.module_loading import import_string
+from redis.connection import parse_url
 
+import mcplet_host
 from agents import runner
 from agents.models import Agent, AgentRun
 from dashboard import receivers
@@ -137,7 +142,8 @@ def stream_reaches_staff(staff):
 
 @pytest.mark.services
 def test_staff_get_events_runs_and_approvals_over_redis(staff):
-    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    layer = settings.CHANNEL_LAYERS["default"]["BACKEND"]
+    assert layer == "channels_redis.pubsub.RedisPubSubChannelLayer"
     stream_reaches_staff(staff)
 
 
@@ -148,9 +154,9 @@ def test_the_embedded_mode_streams_over_the_in_memory_layer(staff, settings):
 
 @pytest.mark.services
 def test_a_quiet_socket_stays_open(staff, settings):
-    """channels-redis receives with a blocking 5 s BZPOPMIN; redis-py 8 reads with a 5 s socket
-    timeout by default, so the layer's connections need a longer one (channels_redis#422):
-    CHANNEL_LAYERS hosts = [{"address": REDIS_URL, "socket_timeout": 15}]."""
+    """A socket that hears nothing for longer than redis-py 8's 5 s socket timeout still hears
+    the next message (the sorted-set layer's blocking 5 s receive dropped such sockets,
+    channels_redis#422; the pub/sub layer reads with short timeouts)."""
     # The project's layer, on a prefix of its own: quiet, whatever other test runs send.
     layers = copy.deepcopy(settings.CHANNEL_LAYERS)
     layers["default"]["CONFIG"]["prefix"] = f"mcplet:channels:quiet-{uuid.uuid4().hex[:8]}"
@@ -247,6 +253,30 @@ def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
             for _ in range(3)
         ]
         assert [frame["events"][0]["seq"] for frame in frames] == [0, 1, 2]
+        await socket.disconnect()
+
+    async_to_sync(session)()
+
+
+@pytest.mark.services
+def test_a_host_on_another_database_of_the_same_redis_is_not_heard(staff, monkeypatch):
+    """Redis's pub/sub channels are server-wide: a host on another database of the same server
+    (the project's settings, read with its REDIS_URL) publishes where this host's staff do not
+    listen, and this host's own message still arrives."""
+    db = parse_url(settings.REDIS_URL).get("db", 0)
+    monkeypatch.setenv("REDIS_URL", settings.REDIS_URL.rsplit("/", 1)[0] + f"/{(db + 1) % 16}")
+    other = runpy.run_path(Path(mcplet_host.__file__).with_name("settings.py"))["CHANNEL_LAYERS"]
+    signed_in = headers(staff)
+    theirs, ours = str(uuid.uuid4()), str(uuid.uuid4())
+
+    async def session():
+        socket = await opened(signed_in)
+        for layers, trace in ((other, theirs), (settings.CHANNEL_LAYERS, ours)):
+            layer = import_string(layers["default"]["BACKEND"])(**layers["default"]["CONFIG"])
+            message = {"type": "audit", "events": [{"trace_id": trace, "seq": 1}]}
+            await receivers._send(layer, [message])
+        heard = await wait_for(socket, lambda m: m["type"] == "audit")
+        assert heard["events"][0]["trace_id"] == ours  # theirs was sent first, and not heard
         await socket.disconnect()
 
     async_to_sync(session)()

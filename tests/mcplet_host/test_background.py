@@ -65,3 +65,25 @@ def test_a_failed_send_loses_its_batch_only(caplog):
     settle(sends)
     assert got == [["next"]]
     assert "the audit broadcast failed: ConnectionError: redis is down" in caplog.text
+
+
+def test_the_kinds_gathered_while_the_loop_is_busy_wake_it_once():
+    woken = []
+
+    class Counted(Background):
+        def submit(self, send, what):
+            woken.append(what)
+            super().submit(send, what)
+
+    sends, got = Counted("test-gather-wakes"), []
+
+    async def send(items):
+        got.append(list(items))
+
+    gate = busy(sends)
+    for kind, item in (("audit", 1), ("trace", "t"), ("audit", 2), ("run", "r")):
+        sends.gather(kind, item, send, kind)
+    gate.set()
+    settle(sends)
+    assert got == [[1, 2], ["t"], ["r"]]
+    assert woken == ["hold", "gathered sends", "mark"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mcplet_host.config import redis_db
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -129,3 +131,22 @@ def test_a_pool_on_postgresql_only():
     )
     assert setting(options, **pg) == "None"
     assert setting(options, DB_POOL_MAX_SIZE="4", DATABASE_URL="sqlite:///var/x.sqlite3") == "None"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/10",
+        "redis://127.0.0.1:6379",
+        "redis://127.0.0.1:6379/",
+        "redis://:secret@redis:6379/3?db=5",
+        "rediss://redis?db=7",
+        "redis://redis/2?socket_timeout=5",
+    ],
+)
+def test_the_redis_database_is_read_as_redis_py_reads_it(url):
+    """The channel layer's prefix names the database (mcplet_host.config.redis_db), read
+    without importing redis-py."""
+    from redis.connection import parse_url
+
+    assert int(redis_db(url)) == parse_url(url).get("db", 0)
