@@ -85,10 +85,9 @@ FORGED = "its signature is not the one the host gave it (a forged delivery, drop
 
 def authenticate(message_id, signature):
     """(the stored request, "") if the delivery is genuine, else (request or None, reason)."""
-    row = A2AMessage.objects.filter(
-        message_id=message_id, type=A2AMessage.Type.TASK_REQUEST
-    ).first()
-    if row is None:
+    try:  # get(), not first(): a unique key needs no ORDER BY
+        row = A2AMessage.objects.get(message_id=message_id, type=A2AMessage.Type.TASK_REQUEST)
+    except A2AMessage.DoesNotExist:
         return None, "no such message was sent on this host's bus"
     if not isinstance(signature, str) or not hmac.compare_digest(
         signature.encode(), row.signature.encode()

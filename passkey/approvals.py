@@ -78,10 +78,12 @@ def _approve_with_passkey(ceremony, user, credential_json, origin):
     ceremony.check_open()
     if not record.binds(ceremony.nonce, ceremony.arguments_hash, challenge):
         raise Refused(assertions.WRONG_CALL, "The challenge is not bound to this call.", 403)
-    passkey = PasskeyCredential.objects.active().filter(user=user, credential_id=credential.id)
-    passkey = passkey.first()
-    if passkey is None:
-        raise Refused(assertions.UNKNOWN_CREDENTIAL, "This passkey is not registered.", 403)
+    try:
+        passkey = PasskeyCredential.objects.active().get(user=user, credential_id=credential.id)
+    except PasskeyCredential.DoesNotExist:
+        raise Refused(
+            assertions.UNKNOWN_CREDENTIAL, "This passkey is not registered.", 403
+        ) from None
     count = passkey.verify(credential, challenge=challenge, origin=origin)
     # Recorded before approve(): an eager resume may ask verify-assertion at once.
     record.state, record.origin = record.APPROVED, origin

@@ -113,7 +113,10 @@ def _ceremony(request, token):
     # A loopback server serves its own ceremony only (it routes nothing else here either).
     if request.META.get(loopback.CEREMONY_KEY, token) != token:
         raise Http404
-    return Ceremony.objects.filter(token=token).first()
+    try:  # get(), not first(): a unique key needs no ORDER BY (a third of a read's CPU)
+        return Ceremony.objects.get(token=token)
+    except Ceremony.DoesNotExist:
+        return None
 
 
 def _unknown(request, token, stage):

@@ -92,7 +92,8 @@ def test_other_host_names_are_refused(held, host):
     assert status == 421  # a rebinding DNS name cannot reach the page
 
 
-def test_it_closes_once_the_ceremony_is_decided(held, approver):
+def test_it_closes_once_the_ceremony_is_decided(held, approver, localhost_mode):
+    """(Only localhost mode serves loopback pages: the https mode's decisions tell none.)"""
     server = loopback.serve(held)
     held.decline(Ceremony.Status.REJECTED, approver)
     wait_closed(server)
