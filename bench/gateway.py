@@ -4,8 +4,9 @@
         [--others 10000] [--profile [--top 25]]
 
 Part 1 calls the same read MCPlet over streamable HTTP `--calls` times directly with the `mcp`
-client (one session, one event loop) and `--calls` times through `gateway.call_tool` (resolve,
-surface, grants, arguments, rate limit, the session pool, the envelope, the audit event), and
+client (a session and an event loop per block) and `--calls` times through `gateway.call_tool`
+(resolve, surface, grants, arguments, rate limit, the session pool, the envelope, the audit
+event), in five blocks each taken in turn (a load that comes and goes weighs on both), and
 prints the median, p95, mean and calls/s of both, the ratio of the medians gateway/direct, then
 the median of the whole gateway call and of each of its steps, timed in interleaved rounds.
 With `--profile`, or when the ratio is over 3, one batch of gateway calls is run under cProfile
@@ -42,6 +43,7 @@ TOOL = {
 }
 ARGS = {"filter": "rain"}
 WARMUP = 20
+BLOCKS = 5  # part 1 times the direct and the gateway calls in turn, by blocks
 
 
 def parse_args(argv=None):
@@ -121,7 +123,9 @@ async def direct_calls(url, count):
     async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         await timed_calls(session, WARMUP)
-        return await timed_calls(session, count)
+        started = time.process_time()
+        seconds = await timed_calls(session, count)
+        return seconds, time.process_time() - started
 
 
 def gateway_steps(call, agent, count):
@@ -209,16 +213,33 @@ def part1(workdir, args):
             return gateway.call_tool(agent, "query_crm", ARGS, "model", "bench")
 
         try:
-            direct = ms_stats(asyncio.run(direct_calls(url, args.calls)))
             outcomes = [call() for _ in range(WARMUP)]
             if any(o.status != "executed" or o.is_error for o in outcomes):
                 print(f"  WARNING: the gateway answered {outcomes[-1].envelope}", file=sys.stderr)
-            via = ms_stats(timed(call, args.calls))
+            # Blocks in turn, so that a load that comes and goes weighs on both paths alike.
+            direct, via, block = [], [], max(1, args.calls // BLOCKS)
+            cpu = {"direct": 0.0, "gateway": 0.0}
+            for _ in range(BLOCKS):
+                seconds, cpu_seconds = asyncio.run(direct_calls(url, block))
+                direct, cpu["direct"] = direct + seconds, cpu["direct"] + cpu_seconds
+                started = time.process_time()
+                via += timed(call, block)
+                time.sleep(0.05)  # the sends after its last commit, counted with it
+                cpu["gateway"] += time.process_time() - started
+            direct, via = ms_stats(direct), ms_stats(via)
             show("direct", direct)
             show("gateway", via)
             ratio = via["median"] / direct["median"]
             extra = via["median"] - direct["median"]
             print(f"  ratio of medians gateway/direct: {ratio:.2f} (+{extra:.3f} ms per call)")
+            # This process, all its threads (the session pool's loop, the sends after a
+            # commit); not the MCP server, PostgreSQL or Redis.
+            direct_cpu = cpu["direct"] / (BLOCKS * block) * 1000
+            gateway_cpu = cpu["gateway"] / (BLOCKS * block) * 1000
+            print(
+                f"  CPU per call, this process: direct {direct_cpu:.3f} ms, gateway "
+                f"{gateway_cpu:.3f} ms (+{gateway_cpu - direct_cpu:.3f} ms)"
+            )
             print(f"  gateway steps, {args.calls} interleaved rounds (median):")
             for label, median in gateway_steps(call, agent, args.calls).items():
                 print(f"    {median:7.3f} ms  {label}")
