@@ -200,6 +200,51 @@ def register_server(url):
     return agent
 
 
+def in_turn(url, call, calls):
+    """The direct and the gateway calls in BLOCKS blocks each, taken in turn (a load that comes
+    and goes weighs on both): their ms_stats, and the CPU per call of each path in ms — this
+    process, all its threads (the session pool's loop, the sends after a commit); not the MCP
+    server, PostgreSQL or Redis."""
+    direct, via, block = [], [], max(1, calls // BLOCKS)
+    cpu = {"direct": 0.0, "gateway": 0.0}
+    for _ in range(BLOCKS):
+        seconds, cpu_seconds = asyncio.run(direct_calls(url, block))
+        direct, cpu["direct"] = direct + seconds, cpu["direct"] + cpu_seconds
+        cpu["gateway"] += cpu_time(lambda: via.extend(timed(call, block)))
+    per_call = {path: seconds / (BLOCKS * block) * 1000 for path, seconds in cpu.items()}
+    return ms_stats(direct), ms_stats(via), per_call
+
+
+def cpu_time(func):
+    started = time.process_time()
+    func()
+    time.sleep(0.05)  # the sends after the last commit, counted with it
+    return time.process_time() - started
+
+
+def print_sends(call, calls):
+    """What the sends after each audit commit (the dashboard's live message, the A2A stream
+    announcement: mcplet_host.background) cost a call: gateway calls with them and with
+    `gather` made a no-op, in BLOCKS alternations."""
+    from mcplet_host import background
+
+    sends, block = background.sends, max(1, calls // BLOCKS)
+    seconds, cpu = {"on": [], "off": []}, {"on": 0.0, "off": 0.0}
+    for _ in range(BLOCKS):
+        for mode in seconds:
+            if mode == "off":
+                sends.gather = lambda *args, **kwargs: None  # the instance's, over the class's
+            cpu[mode] += cpu_time(lambda mode=mode: seconds[mode].extend(timed(call, block)))
+            vars(sends).pop("gather", None)
+    on, off = (statistics.median(seconds[m]) * 1000 for m in ("on", "off"))
+    cpu_on, cpu_off = (cpu[m] / (BLOCKS * block) * 1000 for m in ("on", "off"))
+    print(
+        f"  the sends after the audit commit: median {on:.3f} ms with, {off:.3f} without "
+        f"(+{on - off:.3f} ms); CPU per call {cpu_on:.3f} against {cpu_off:.3f} ms "
+        f"(+{cpu_on - cpu_off:.3f} ms)"
+    )
+
+
 def part1(workdir, args):
     from mcplet_host import gateway
     from mcplets.examples.programmable import serve_http, write_spec
@@ -216,30 +261,17 @@ def part1(workdir, args):
             outcomes = [call() for _ in range(WARMUP)]
             if any(o.status != "executed" or o.is_error for o in outcomes):
                 print(f"  WARNING: the gateway answered {outcomes[-1].envelope}", file=sys.stderr)
-            # Blocks in turn, so that a load that comes and goes weighs on both paths alike.
-            direct, via, block = [], [], max(1, args.calls // BLOCKS)
-            cpu = {"direct": 0.0, "gateway": 0.0}
-            for _ in range(BLOCKS):
-                seconds, cpu_seconds = asyncio.run(direct_calls(url, block))
-                direct, cpu["direct"] = direct + seconds, cpu["direct"] + cpu_seconds
-                started = time.process_time()
-                via += timed(call, block)
-                time.sleep(0.05)  # the sends after its last commit, counted with it
-                cpu["gateway"] += time.process_time() - started
-            direct, via = ms_stats(direct), ms_stats(via)
+            direct, via, cpu = in_turn(url, call, args.calls)
             show("direct", direct)
             show("gateway", via)
             ratio = via["median"] / direct["median"]
             extra = via["median"] - direct["median"]
             print(f"  ratio of medians gateway/direct: {ratio:.2f} (+{extra:.3f} ms per call)")
-            # This process, all its threads (the session pool's loop, the sends after a
-            # commit); not the MCP server, PostgreSQL or Redis.
-            direct_cpu = cpu["direct"] / (BLOCKS * block) * 1000
-            gateway_cpu = cpu["gateway"] / (BLOCKS * block) * 1000
             print(
-                f"  CPU per call, this process: direct {direct_cpu:.3f} ms, gateway "
-                f"{gateway_cpu:.3f} ms (+{gateway_cpu - direct_cpu:.3f} ms)"
+                f"  CPU per call, this process: direct {cpu['direct']:.3f} ms, gateway "
+                f"{cpu['gateway']:.3f} ms (+{cpu['gateway'] - cpu['direct']:.3f} ms)"
             )
+            print_sends(call, args.calls)
             print(f"  gateway steps, {args.calls} interleaved rounds (median):")
             for label, median in gateway_steps(call, agent, args.calls).items():
                 print(f"    {median:7.3f} ms  {label}")
