@@ -4,7 +4,6 @@ names are published on Redis; a stream subscribes to its task's trace and re-rea
 each announcement. The embedded mode (no Redis, one process) re-reads every EMBEDDED_PERIOD."""
 
 import asyncio
-import os
 
 from django.conf import settings
 
@@ -12,31 +11,20 @@ from mcplet_host import background
 
 PREFIX = "mcplet:a2a:trace:"
 EMBEDDED_PERIOD = 0.5
-_publisher = None
 
 
 def announce(sender, events, **kwargs):
-    """audit_recorded's receiver (after the commit): queues the publications on the process's
-    loop for such sends (mcplet_host.background), never raising into the audited work."""
+    """audit_recorded's receiver (after the commit): queues the publications for the process's
+    publishing thread (mcplet_host.background), never raising into the audited work. A trace
+    announced again before the thread publishes is published once."""
     if settings.REDIS_URL is None:
         return
     for trace in sorted({event.trace_id for event in events if event.trace_id}):
-        background.sends.gather(PREFIX, trace, _publish, "a2a announcement")
+        background.sends.gather(PREFIX + trace, trace, _changed)
 
 
-async def _publish(traces):
-    """On the background loop (one per process: a forked child starts its own, and its own
-    client), so the client lives and dies with that loop. The traces gathered since the last
-    publication go in one pipeline, each once."""
-    global _publisher
-    import redis.asyncio as aioredis  # (here: start-up need not load it, ~80 ms)
-
-    if _publisher is None or _publisher[0] != os.getpid():
-        _publisher = (os.getpid(), aioredis.from_url(settings.REDIS_URL))
-    async with _publisher[1].pipeline(transaction=False) as pipe:
-        for trace in dict.fromkeys(traces):
-            pipe.publish(PREFIX + trace, "1")
-        await pipe.execute()
+def _changed(traces):
+    return b"1"
 
 
 class Listener:

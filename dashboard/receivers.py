@@ -3,13 +3,14 @@
 Connected in `DashboardConfig.ready()`. Every broadcast happens after the commit (never a state
 that may roll back) and is best-effort: a down channel layer is logged, never raised into the
 gateway, the runner or the audit trail that triggered it. The caller only hands the message
-over; the send happens on the process's loop for such sends (mcplet_host.background).
+over; the process's publishing thread publishes it (mcplet_host.background).
 """
 
 import asyncio
 import logging
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
 from django.urls import reverse
@@ -37,18 +38,25 @@ def broadcast(payload):
         if layer is None:
             return
         if not isinstance(layer, InMemoryChannelLayer):
-            # Payloads queued together go in one group message: one Redis round trip for many.
-            background.sends.gather(
-                GROUP, payload, lambda payloads: _send(layer, payloads), "dashboard broadcast"
-            )
+            # Payloads queued together go in one group message: one PUBLISH for many.
+            background.sends.gather(group_channel(), payload, layer_message(layer))
         elif serving_loop is not None and not serving_loop.is_closed():
-            asyncio.run_coroutine_threadsafe(_send(layer, [payload]), serving_loop)
+            message = {"type": MESSAGE_TYPE, "payloads": [payload]}
+            asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), serving_loop)
     except Exception as exc:  # the caller's work is done: never undo it for us
         log.warning("dashboard broadcast failed: %s: %s", type(exc).__name__, exc)
 
 
-def _send(layer, payloads):
-    return layer.group_send(GROUP, {"type": MESSAGE_TYPE, "payloads": payloads})
+def group_channel():
+    """The Redis channel of the pub/sub layer's group (channels_redis names it so; the live
+    view's test over Redis shows a message published here reaching a socket)."""
+    return f"{settings.CHANNEL_LAYERS['default']['CONFIG']['prefix']}__group__{GROUP}"
+
+
+def layer_message(layer):
+    """The group message of the payloads gathered, as the layer's group_send would publish it
+    (published from the publishing thread, which runs no event loop for the layer's client)."""
+    return lambda payloads: layer.serialize({"type": MESSAGE_TYPE, "payloads": payloads})
 
 
 def audit_payload(events):

@@ -1,86 +1,85 @@
-"""Best-effort sends after a commit (the dashboard's group messages, the A2A announcements),
-off the caller's thread: the caller only queues; one daemon thread per process runs an event
-loop that awaits each send in order, its clients keeping their connections on that loop.
+"""Best-effort publications after a commit (the dashboard's live messages, the A2A streams'
+announcements), off the caller's thread: the caller only queues; one daemon thread per process
+publishes on Redis with a plain redis-py client.
 
-`async_to_sync` in the caller would cost it a new event loop and a new connection per message
-(~10 ms on every audited tool call), and even a plain Redis round trip is a share of a gateway
-call's overhead. Started lazily and again after a fork (Celery's prefork children do not
-inherit threads).
+Publishing in the caller would cost every audited tool call a Redis round trip, and an asyncio
+loop for the sends cost more than the sends (redis.asyncio's machinery, a self-pipe wake per
+batch: ~0.5 ms of CPU a gateway call). Started lazily and again after a fork (Celery's prefork
+children do not inherit threads).
 
-Sends of one kind gather (`gather`): what is queued while the loop has not yet reached the
-first of them goes out in that one send, so a busy process makes one Redis round trip for many
-messages, and an idle one sends each at once. The kinds gathered meanwhile wake the loop once
-(waking it costs the caller a write to its self-pipe, and the loop a turn)."""
+What is queued for one channel gathers (`gather`): what comes while the thread is busy goes in
+one message, each channel once, and all channels in one pipeline (one round trip), in the order
+they came; an idle thread publishes each at once."""
 
-import asyncio
 import logging
 import os
 import threading
 
+from django.conf import settings
+
 log = logging.getLogger(__name__)
 
 
-class Background:
+class Publisher:
     def __init__(self, name):
         self.name = name
-        self._lock = threading.Lock()
         self._pid = None
-        self._gathered = {}  # kind -> (the items its queued send will take, send, what)
+        self._queued = threading.Condition()
+        self._gathered = {}  # channel -> (its items, encode)
 
-    def submit(self, send, what):
-        """Await `send()` on the loop after what was submitted before; a failure is logged as
-        `what` failing (that message is lost, not the next), never raised to the caller."""
+    def gather(self, channel, item, encode):
+        """Queue `item` for one PUBLISH of `encode(items)` on `channel`, the items being those
+        queued for it before the thread reaches them, in the order they came. `encode` runs on
+        the publishing thread; its failure loses that channel's message, not the others."""
         if self._pid != os.getpid():
             self._start()
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, (send, what))
-
-    def gather(self, kind, item, send, what):
-        """Queue `item` for `send(items)`, awaited once for all the items of `kind` queued
-        before the loop reaches them, in the order they came; kinds in the order they came."""
-        if self._pid != os.getpid():
-            self._start()
-        with self._lock:
-            waking = not self._gathered
-            if kind in self._gathered:
-                self._gathered[kind][0].append(item)
+        with self._queued:
+            if channel in self._gathered:
+                self._gathered[channel][0].append(item)
             else:
-                self._gathered[kind] = ([item], send, what)
-        if waking:
-            self.submit(self._send_gathered, "gathered sends")
-
-    async def _send_gathered(self):
-        with self._lock:
-            gathered, self._gathered = self._gathered, {}
-        for items, send, what in gathered.values():
-            await self._send(lambda send=send, items=items: send(items), what)
+                self._gathered[channel] = ([item], encode)
+                self._queued.notify()
 
     def _start(self):
-        with self._lock:
+        with self._queued:
             if self._pid == os.getpid():
                 return
             self._gathered = {}  # a forked child's: its parent's queued sends are not its own
-            self._loop = asyncio.new_event_loop()
-            self._queue = asyncio.Queue()
-            ready = threading.Event()
-            threading.Thread(target=self._run, args=(ready,), name=self.name, daemon=True).start()
-            ready.wait(5)
+            threading.Thread(target=self._run, name=self.name, daemon=True).start()
             self._pid = os.getpid()
 
-    def _run(self, ready):
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(ready.set)
-        self._loop.run_until_complete(self._pump())
+    def _run(self):
+        import redis  # (here: start-up need not load it)
 
-    async def _pump(self):
+        client = redis.Redis.from_url(settings.REDIS_URL)
         while True:
-            await self._send(*await self._queue.get())
+            with self._queued:
+                while not self._gathered:
+                    self._queued.wait()
+                gathered, self._gathered = self._gathered, {}
+            messages = self._encoded(gathered)
+            if messages:
+                self._publish(client, messages)
 
     @staticmethod
-    async def _send(send, what):
+    def _encoded(gathered):
+        messages = []
+        for channel, (items, encode) in gathered.items():
+            try:
+                messages.append((channel, encode(items)))
+            except Exception as exc:
+                log.warning("%s not encoded: %s: %s", channel, type(exc).__name__, exc)
+        return messages
+
+    @staticmethod
+    def _publish(client, messages):
         try:
-            await send()
+            with client.pipeline(transaction=False) as pipe:
+                for channel, message in messages:
+                    pipe.publish(channel, message)
+                pipe.execute()
         except Exception as exc:
-            log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
+            log.warning("%d publications lost: %s: %s", len(messages), type(exc).__name__, exc)
 
 
-sends = Background("after-commit-sends")
+sends = Publisher("after-commit-sends")

@@ -242,7 +242,7 @@ def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
 
     async def session():
         socket = await opened(signed_in)
-        gate = busy(background.sends)  # the process's sending loop is busy meanwhile
+        gate = busy(background.sends, "test:live:held")  # the publishing thread is busy meanwhile
         for i in range(3):
             receivers.broadcast({"type": "audit", "events": [{"trace_id": trace, "seq": i}]})
         gate.set()
@@ -273,8 +273,9 @@ def test_a_host_on_another_database_of_the_same_redis_is_not_heard(staff, monkey
         socket = await opened(signed_in)
         for layers, trace in ((other, theirs), (settings.CHANNEL_LAYERS, ours)):
             layer = import_string(layers["default"]["BACKEND"])(**layers["default"]["CONFIG"])
-            message = {"type": "audit", "events": [{"trace_id": trace, "seq": 1}]}
-            await receivers._send(layer, [message])
+            payload = {"type": "audit", "events": [{"trace_id": trace, "seq": 1}]}
+            message = {"type": receivers.MESSAGE_TYPE, "payloads": [payload]}
+            await layer.group_send(receivers.GROUP, message)
         heard = await wait_for(socket, lambda m: m["type"] == "audit")
         assert heard["events"][0]["trace_id"] == ours  # theirs was sent first, and not heard
         await socket.disconnect()

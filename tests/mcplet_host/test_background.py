@@ -1,89 +1,111 @@
-"""The process's loop for sends after a commit (mcplet_host.background): sends of one kind
-queued while the loop is busy go out together, in order; an idle loop sends each at once."""
+"""The process's publishing thread for sends after a commit (mcplet_host.background), against
+the real Redis: what is queued for a channel while the thread is busy goes out as one message,
+in order; an idle thread publishes each at once; a failure loses only what it must."""
 
-import asyncio
+import json
 import threading
+import time
+import uuid
 
-from mcplet_host.background import Background
+import pytest
+import redis
+from django.conf import settings
 
+from mcplet_host.background import Publisher
 
-def settle(sends):
-    """Wait until everything submitted so far has been awaited."""
-    done = threading.Event()
-
-    async def mark():
-        done.set()
-
-    sends.submit(mark, "mark")
-    assert done.wait(5)
+pytestmark = pytest.mark.services
 
 
-def busy(sends):
-    """Hold the loop until the returned event is set."""
+@pytest.fixture
+def heard():
+    """heard(*channels) subscribes to fresh channels; heard.next() is the next (channel, items)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+
+    class Heard:
+        def __call__(self, *names):
+            channels = [f"test:background:{uuid.uuid4().hex}:{name}" for name in names]
+            pubsub.subscribe(*channels)
+            return channels
+
+        def next(self, timeout=5):
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                # None for a subscription's confirmation too: read on until the deadline.
+                message = pubsub.get_message(timeout=left)
+                if message is not None:
+                    return message["channel"].decode(), json.loads(message["data"])
+            raise AssertionError("nothing was published")
+
+    yield Heard()
+    pubsub.close()
+    client.close()
+
+
+def encode(items):
+    return json.dumps(items)
+
+
+def busy(sends, channel):
+    """Hold the publishing thread (in an encoder) until the returned event is set."""
     gate = threading.Event()
 
-    async def hold():
-        await asyncio.get_running_loop().run_in_executor(None, gate.wait, 5)
+    def hold(items):
+        assert gate.wait(5)
+        return encode(items)
 
-    sends.submit(hold, "hold")
+    sends.gather(channel, "hold", hold)
     return gate
 
 
-def test_what_is_queued_while_the_loop_is_busy_goes_in_one_send_per_kind():
-    sends, got = Background("test-gather"), []
-
-    async def send(items):
-        got.append(list(items))
-
-    gate = busy(sends)
+def test_what_is_queued_while_the_thread_is_busy_goes_in_one_message_per_channel(heard):
+    sends = Publisher("test-gather")
+    held, audit, trace = heard("held", "audit", "trace")
+    gate = busy(sends, held)
     for i in range(5):
-        sends.gather("audit", i, send, "audit")
+        sends.gather(audit, i, encode)
         if i == 2:
-            sends.gather("trace", "t", send, "trace")
+            sends.gather(trace, "t", encode)
     gate.set()
-    settle(sends)
-    assert got == [[0, 1, 2, 3, 4], ["t"]]
+    assert [heard.next() for _ in range(3)] == [
+        (held, ["hold"]),
+        (audit, [0, 1, 2, 3, 4]),
+        (trace, ["t"]),
+    ]
 
-    sends.gather("audit", 5, send, "audit")  # an idle loop: each goes alone
-    settle(sends)
-    sends.gather("audit", 6, send, "audit")
-    settle(sends)
-    assert got[2:] == [[5], [6]]
-
-
-def test_a_failed_send_loses_its_batch_only(caplog):
-    sends, got = Background("test-gather-failure"), []
-
-    async def send(items):
-        if items == ["broken"]:
-            raise ConnectionError("redis is down")
-        got.append(list(items))
-
-    sends.gather("audit", "broken", send, "the audit broadcast")
-    settle(sends)
-    sends.gather("audit", "next", send, "the audit broadcast")
-    settle(sends)
-    assert got == [["next"]]
-    assert "the audit broadcast failed: ConnectionError: redis is down" in caplog.text
+    sends.gather(audit, 5, encode)  # an idle thread: each goes alone
+    assert heard.next() == (audit, [5])
+    sends.gather(audit, 6, encode)
+    assert heard.next() == (audit, [6])
 
 
-def test_the_kinds_gathered_while_the_loop_is_busy_wake_it_once():
-    woken = []
+def test_a_message_that_fails_to_encode_loses_only_itself(heard, caplog):
+    sends = Publisher("test-gather-encoding")
+    held, broken, fine = heard("held", "broken", "fine")
 
-    class Counted(Background):
-        def submit(self, send, what):
-            woken.append(what)
-            super().submit(send, what)
+    def refuse(items):
+        raise TypeError("not serialisable")
 
-    sends, got = Counted("test-gather-wakes"), []
-
-    async def send(items):
-        got.append(list(items))
-
-    gate = busy(sends)
-    for kind, item in (("audit", 1), ("trace", "t"), ("audit", 2), ("run", "r")):
-        sends.gather(kind, item, send, kind)
+    gate = busy(sends, held)
+    sends.gather(broken, object(), refuse)
+    sends.gather(fine, "next", encode)
     gate.set()
-    settle(sends)
-    assert got == [[1, 2], ["t"], ["r"]]
-    assert woken == ["hold", "gathered sends", "mark"]
+    assert [heard.next() for _ in range(2)] == [(held, ["hold"]), (fine, ["next"])]
+    assert f"{broken} not encoded: TypeError: not serialisable" in caplog.text
+
+
+def test_an_unreachable_redis_is_logged_never_raised(settings, caplog):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # read by the thread when it starts
+    sends, tried = Publisher("test-gather-unreachable"), threading.Event()
+
+    def encoded(items):
+        tried.set()
+        return encode(items)
+
+    sends.gather("test:background:unreachable", "lost", encoded)  # returns: the caller is done
+    assert tried.wait(5)
+    for _ in range(50):
+        if "1 publications lost: ConnectionError" in caplog.text:
+            break
+        time.sleep(0.1)
+    assert "1 publications lost: ConnectionError" in caplog.text
