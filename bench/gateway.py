@@ -4,14 +4,14 @@
         [--others 10000] [--profile [--top 25]]
 
 Part 1 calls the same read MCPlet over streamable HTTP `--calls` times directly with the `mcp`
-client (a session and an event loop per block) and `--calls` times through `gateway.call_tool`
-(resolve, surface, grants, arguments, rate limit, the session pool, the envelope, the audit
-event), in five blocks each taken in turn (a load that comes and goes weighs on both), and
-prints the median, p95, mean and calls/s of both, the ratio of the medians gateway/direct, then
-the median of the whole gateway call and of each of its steps, timed in interleaved rounds.
-With `--profile`, or when the ratio is over 3, one batch of gateway calls is run under cProfile
-(the main thread only: the MCP round trip itself runs on the session pool's loop thread and
-shows up as waiting in `future.result`).
+SDK's `Client` at the revision the gateway speaks too (a client and an event loop per block) and
+`--calls` times through `gateway.call_tool` (resolve, surface, grants, arguments, rate limit,
+the session pool, the envelope, the audit event), in five blocks each taken in turn (a load that
+comes and goes weighs on both), and prints the median, p95, mean and calls/s of both, the ratio
+of the medians gateway/direct, then the median of the whole gateway call and of each of its
+steps, timed in interleaved rounds. With `--profile`, or when the ratio is over 3, one batch of
+gateway calls is run under cProfile (the main thread only: the MCP round trip itself runs on the
+session pool's loop thread and shows up as waiting in `future.result`).
 
 Part 2 times `list(gateway.tools_for(agent))` (median of `--runs`) for an agent granted one pool
 of 20 MCPlets (plus 10 pool-less ones), first with 10 MCPlets in pools it does not hold, then
@@ -107,7 +107,8 @@ def timed(func, count):
 
 
 async def timed_calls(session, count, name="query_crm"):
-    """`count` calls of the tool `name` on an open `mcp` ClientSession: their durations."""
+    """`count` calls of the tool `name` on an open `mcp` Client or ClientSession: their
+    durations."""
     seconds = []
     for _ in range(count):
         start = time.perf_counter()
@@ -117,14 +118,14 @@ async def timed_calls(session, count, name="query_crm"):
 
 
 async def direct_calls(url, count):
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
+    """The SDK's own client (`mcp.Client`, as its examples use it), at the newest revision the
+    server and it share, as the gateway's session pool speaks to the server."""
+    from mcp import Client
 
-    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        await timed_calls(session, WARMUP)
+    async with Client(url) as client:
+        await timed_calls(client, WARMUP)
         started = time.process_time()
-        seconds = await timed_calls(session, count)
+        seconds = await timed_calls(client, count)
         return seconds, time.process_time() - started
 
 
