@@ -43,9 +43,11 @@ def _apply():
 
 def _profile_all_threads(path):
     """cProfile this (main) thread from now and every thread started later (each request's
-    sync code runs in a thread of its own), merged into one stats file at exit: atexit for a
-    process that exits normally (daphne), and on SIGTERM before uvicorn's own handler."""
+    sync code runs on a request thread, which the handler keeps for later requests), merged into
+    one stats file at exit — the threads still running with what they recorded so far: atexit
+    for a process that exits normally (daphne), and on SIGTERM before uvicorn's own handler."""
     lock, merged, original_run = threading.Lock(), [], threading.Thread.run
+    running = set()  # the profilers of threads still running (the kept request threads)
 
     def add(profiler):
         with lock:
@@ -56,11 +58,15 @@ def _profile_all_threads(path):
 
     def run(thread):
         profiler = cProfile.Profile(time.thread_time)
+        with lock:
+            running.add(profiler)
         profiler.enable()
         try:
             original_run(thread)
         finally:
             profiler.disable()
+            with lock:
+                running.discard(profiler)
             add(profiler)
 
     threading.Thread.run = run
@@ -74,6 +80,10 @@ def _profile_all_threads(path):
         done.append(True)
         main.disable()
         add(main)
+        with lock:
+            still = list(running)
+        for profiler in still:  # what each has recorded so far (the handler keeps its threads)
+            add(profiler)
         merged[0].dump_stats(path)
 
     atexit.register(dump)
