@@ -20,9 +20,18 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 
+TIMEOUT = 5  # seconds: a stalled Redis holds the thread (and what queues meanwhile) no longer
+
+
 class Publisher:
     def __init__(self, name):
         self.name = name
+        self._forked()
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self):
+        """A new process: no thread yet, nothing queued (a forked child's queue is its parent's),
+        and a lock of its own (the parent's thread may have held the copied one)."""
         self._pid = None
         self._queued = threading.Condition()
         self._gathered = {}  # channel -> (its items, encode)
@@ -44,14 +53,15 @@ class Publisher:
         with self._queued:
             if self._pid == os.getpid():
                 return
-            self._gathered = {}  # a forked child's: its parent's queued sends are not its own
             threading.Thread(target=self._run, name=self.name, daemon=True).start()
             self._pid = os.getpid()
 
     def _run(self):
         import redis  # (here: start-up need not load it)
 
-        client = redis.Redis.from_url(settings.REDIS_URL)
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
+        )
         while True:
             with self._queued:
                 while not self._gathered:

@@ -3,6 +3,8 @@ the real Redis: what is queued for a channel while the thread is busy goes out a
 in order; an idle thread publishes each at once; a failure loses only what it must."""
 
 import json
+import os
+import signal
 import threading
 import time
 import uuid
@@ -109,3 +111,37 @@ def test_an_unreachable_redis_is_logged_never_raised(settings, caplog):
             break
         time.sleep(0.1)
     assert "1 publications lost: ConnectionError" in caplog.text
+
+
+def test_a_forked_child_publishes_from_a_thread_of_its_own(heard):
+    """Celery's prefork children: the parent's thread is not theirs, nor its queue, nor its lock
+    (held at the fork by another thread, as the parent's publishing thread may hold it)."""
+    sends = Publisher("test-gather-fork")
+    parent, child = heard("parent", "child")
+    sends.gather(parent, "before the fork", encode)
+    assert heard.next() == (parent, ["before the fork"])
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with sends._queued:
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(5)
+    pid = os.fork()
+    if pid != 0:
+        release.set()
+        holder.join()
+    if pid == 0:  # the child: publish, give the thread time to send, and leave without cleanup
+        signal.alarm(5)  # a child stuck on the copied lock ends, and its test fails
+        status = 1
+        try:
+            sends.gather(child, "from the child", encode)
+            time.sleep(1)
+            status = 0
+        finally:
+            os._exit(status)
+    assert heard.next() == (child, ["from the child"])
+    assert os.waitpid(pid, 0)[1] == 0
