@@ -5,6 +5,7 @@ in order; an idle thread publishes each at once; a failure loses only what it mu
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -13,6 +14,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from mcplet_host import background
 from mcplet_host.background import Publisher
 
 pytestmark = pytest.mark.services
@@ -145,3 +147,31 @@ def test_a_forked_child_publishes_from_a_thread_of_its_own(heard):
             os._exit(status)
     assert heard.next() == (child, ["from the child"])
     assert os.waitpid(pid, 0)[1] == 0
+
+
+def test_a_stalled_redis_holds_the_thread_for_the_timeout_only(settings, monkeypatch, caplog):
+    """A Redis that takes the connection and never answers: the publications are lost after the
+    timeout, logged, and the thread goes on to what was queued meanwhile."""
+    stalled = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog), answers nothing
+    monkeypatch.setattr(background, "TIMEOUT", 0.5)
+    settings.REDIS_URL = f"redis://127.0.0.1:{stalled.getsockname()[1]}/0"
+    sends, encoded = Publisher("test-gather-stalled"), []
+
+    def recorded(items):
+        encoded.extend(items)
+        return encode(items)
+
+    try:
+        began = time.monotonic()
+        sends.gather("test:background:stalled", "first", recorded)
+        deadline = began + 10
+        while "publications lost" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "1 publications lost: TimeoutError" in caplog.text
+        assert time.monotonic() - began < 3  # the host's timeout, not redis-py's default (5 s)
+        sends.gather("test:background:stalled", "next", recorded)  # the thread is not stuck
+        while encoded != ["first", "next"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert encoded == ["first", "next"]
+    finally:
+        stalled.close()
