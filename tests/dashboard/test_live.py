@@ -261,21 +261,24 @@ def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
 @pytest.mark.services
 def test_a_host_on_another_database_of_the_same_redis_is_not_heard(staff, monkeypatch):
     """Redis's pub/sub channels are server-wide: a host on another database of the same server
-    (the project's settings, read with its REDIS_URL) publishes where this host's staff do not
-    listen, and this host's own message still arrives."""
+    (the project's settings, read with its REDIS_URL, through its layer's group_send) publishes
+    where this host's staff do not listen, and this host's own broadcast (its publishing
+    thread, as every audited commit sends) still arrives."""
     db = parse_url(settings.REDIS_URL).get("db", 0)
     monkeypatch.setenv("REDIS_URL", settings.REDIS_URL.rsplit("/", 1)[0] + f"/{(db + 1) % 16}")
     other = runpy.run_path(Path(mcplet_host.__file__).with_name("settings.py"))["CHANNEL_LAYERS"]
     signed_in = headers(staff)
     theirs, ours = str(uuid.uuid4()), str(uuid.uuid4())
 
+    def payload(trace):
+        return {"type": "audit", "events": [{"trace_id": trace, "seq": 1}]}
+
     async def session():
         socket = await opened(signed_in)
-        for layers, trace in ((other, theirs), (settings.CHANNEL_LAYERS, ours)):
-            layer = import_string(layers["default"]["BACKEND"])(**layers["default"]["CONFIG"])
-            payload = {"type": "audit", "events": [{"trace_id": trace, "seq": 1}]}
-            message = {"type": receivers.MESSAGE_TYPE, "payloads": [payload]}
-            await layer.group_send(receivers.GROUP, message)
+        layer = import_string(other["default"]["BACKEND"])(**other["default"]["CONFIG"])
+        message = {"type": receivers.MESSAGE_TYPE, "payloads": [payload(theirs)]}
+        await layer.group_send(receivers.GROUP, message)
+        receivers.broadcast(payload(ours))
         heard = await wait_for(socket, lambda m: m["type"] == "audit")
         assert heard["events"][0]["trace_id"] == ours  # theirs was sent first, and not heard
         await socket.disconnect()
