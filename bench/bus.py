@@ -3,8 +3,8 @@ overhead of signing and persistence.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mcplet_bench \\
     REDIS_URL=redis://127.0.0.1:6379/0 SECRET_KEY=bench .venv/bin/python bench/bus.py \\
-        [--messages 500] [--concurrency 4] [--warmup 20] [--wait notify|poll] [--poll-ms 1]
-        [--profile [--top 25]]
+        [--messages 500] [--pool threads|prefork] [--concurrency 4] [--warmup 20]
+        [--wait notify|poll] [--poll-ms 1] [--profile [--top 25]]
 
 A bus round trip is `a2a.bus.send_task("bench-sender", "bench-echo", {"i": i})` from this
 process (validate, sign, persist, and after the commit queue `agents.deliver`); a real Celery
@@ -52,7 +52,7 @@ from celery import shared_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
-from bench import common
+from bench import common, web
 from bench.bus_pieces import ECHO, SENDER, host_pieces, ms, print_pieces
 from tests.processes import stop
 
@@ -112,7 +112,16 @@ def echo(value):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=500, help="messages per measurement")
-    parser.add_argument("--concurrency", type=int, default=4, help="worker threads")
+    parser.add_argument(
+        "--pool",
+        choices=("threads", "prefork"),
+        default="threads",
+        help="the worker's execution pool: threads in one process, or prefork's child processes "
+        "as compose's workers run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="worker threads, or prefork's processes"
+    )
     parser.add_argument("--warmup", type=int, default=20, help="untimed round trips of each kind")
     parser.add_argument(
         "--wait",
@@ -167,11 +176,12 @@ def phase_timeout(n):
 
 
 @contextlib.contextmanager
-def celery_worker(queue, concurrency, log_path, notify_key, more_env=None):
+def celery_worker(queue, concurrency, log_path, notify_key, more_env=None, pool="threads"):
     """A real worker subprocess on the private queue (what it sends goes there too), importing
-    this module's task/handler; `more_env`: more of its environment."""
+    this module's task/handler; `pool`: Celery's execution pool (`prefork`: `concurrency` child
+    processes, as compose's workers run); `more_env`: more of its environment."""
     command = [sys.executable, "-m", "celery", "-A", "mcplet_host", "worker"]
-    command += ["-P", "threads", "-c", str(concurrency), "-n", f"{queue}@%h", "-Q", queue]
+    command += ["-P", pool, "-c", str(concurrency), "-n", f"{queue}@%h", "-Q", queue]
     command += ["--include", "bench.bus", "--without-mingle", "--without-gossip", "-l", "WARNING"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", NOTIFY_ENV: notify_key, QUEUE_ENV: queue}
     env.update(more_env or {})
@@ -296,12 +306,12 @@ class Rig:
         wall, mine, theirs = (
             time.perf_counter(),
             time.process_time(),
-            common.cpu_seconds(self.worker.pid),
+            web.tree_cpu_seconds(self.worker.pid),
         )
         yield result
         result["total"] = time.perf_counter() - wall
         result["bench_cpu"] = time.process_time() - mine
-        result["worker_cpu"] = common.cpu_seconds(self.worker.pid) - theirs
+        result["worker_cpu"] = web.tree_cpu_seconds(self.worker.pid) - theirs
         result["sessions"] = database_sessions() - sessions
 
 
@@ -526,7 +536,7 @@ def run(args, app, queue, sink, workdir):
     print(f"database: {common.describe_database()}")
     print(
         f"broker: {app.conf.broker_url.split('@')[-1]}, private queue {queue!r}; worker: "
-        f"-P threads -c {args.concurrency}; {os.cpu_count()} CPUs, load average "
+        f"-P {args.pool} -c {args.concurrency}; {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.2f}; {n} messages per run"
     )
     plant_sentinel(f"{queue}:sentinel")
@@ -535,7 +545,8 @@ def run(args, app, queue, sink, workdir):
     results = {"poll_ms": args.poll_ms}
     key = f"{queue}:responses"
     print("starting the worker ...", flush=True)
-    with celery_worker(queue, args.concurrency, workdir / "worker.log", key) as worker:
+    log = workdir / "worker.log"
+    with celery_worker(queue, args.concurrency, log, key, pool=args.pool) as worker:
         rig = Rig(worker, key, args.wait, args.poll_ms / 1000)
         celery_sequential(rig, args.warmup)
         bus_sequential(rig, args.warmup, offset=-args.warmup)
