@@ -121,11 +121,6 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # A kept connection is checked before its first use in each request or task: one the
     # server dropped (a restart, pg_terminate_backend) is replaced, not used to fail the task.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    # Parameters go to the server beside the statement (psycopg 3's own way), not quoted into
-    # it in Python: a quarter less CPU for an A2A delivery's fifteen statements (bench/bus.py).
-    # No statement of the host binds more than PostgreSQL's 65,535 parameters (bulk writes go
-    # in batches of at most 2,000 rows).
-    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

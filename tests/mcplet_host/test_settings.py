@@ -133,15 +133,6 @@ def test_a_pool_on_postgresql_only():
     assert setting(options, DB_POOL_MAX_SIZE="4", DATABASE_URL="sqlite:///var/x.sqlite3") == "None"
 
 
-def test_postgresql_binds_parameters_on_the_server():
-    """psycopg sends the parameters beside the statement, pooled or not (bench/bus.py)."""
-    pg = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/mcplet_host"}
-    binding = "DATABASES['default']['OPTIONS'].get('server_side_binding')"
-    assert setting(binding, **pg) == "True"
-    assert setting(binding, DB_POOL_MAX_SIZE="4", **pg) == "True"
-    assert setting(binding, DATABASE_URL="sqlite:///var/x.sqlite3") == "None"
-
-
 @pytest.mark.parametrize(
     "url",
     [
