@@ -8,9 +8,16 @@ import asyncio
 from django.conf import settings
 
 from mcplet_host import background
+from mcplet_host.config import redis_db
 
-PREFIX = "mcplet:a2a:trace:"
 EMBEDDED_PERIOD = 0.5
+
+
+def channel(trace):
+    """The Redis channel of a trace's announcements. Redis's channels are server-wide, not per
+    database: the database's number keeps two hosts on one Redis server out of each other's
+    announcements (as it keeps them out of each other's dashboards: CHANNEL_LAYERS)."""
+    return f"mcplet:a2a:{redis_db(settings.REDIS_URL)}:trace:{trace}"
 
 
 def announce(sender, events, **kwargs):
@@ -20,7 +27,7 @@ def announce(sender, events, **kwargs):
     if settings.REDIS_URL is None:
         return
     for trace in sorted({event.trace_id for event in events if event.trace_id}):
-        background.sends.gather(PREFIX + trace, trace, _changed)
+        background.sends.gather(channel(trace), trace, _changed)
 
 
 def _changed(traces):
@@ -31,7 +38,7 @@ class Listener:
     """`async with Listener(trace) as listener: await listener.changed(timeout)`."""
 
     def __init__(self, trace):
-        self.channel = PREFIX + trace
+        self.channel = channel(trace)
 
     async def __aenter__(self):
         if settings.REDIS_URL is not None:
