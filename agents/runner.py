@@ -267,6 +267,7 @@ class Loop:
                 if toolset.answers(name):  # a discovery meta-tool: the host's own answer
                     envelope = toolset.call(name, arguments)
                 else:
+                    self.run.may_hold()
                     outcome = gateway.call_tool(
                         self.agent,
                         name,
@@ -311,6 +312,7 @@ class Loop:
             ref = f"{run.pk}:action-{index}"
             ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
             if ceremony is None:
+                self.run.may_hold()
                 outcome = gateway.call_tool(
                     self.agent,
                     action["tool"],
@@ -354,6 +356,7 @@ class Loop:
                 continuation_ref=f"{run.pk}:result",
             )
             prompt = agent.approval_prompt or f"Approve the result of {agent.display_name}"
+            self.run.may_hold()
             ceremony = held_result.hold(asker, run.result, prompt)
         if not ceremony.is_final:
             return self._wait(ceremony)
@@ -434,12 +437,7 @@ def finish(run, status, *, result=None, error=None):
         if not run.end(status, result=result, error=error):
             return False
         metrics.run_finished(status)
-        # A call it held and nobody decided yet must not run for a run that has ended (one that
-        # broke after holding it): it is rejected, and its continuation finds the run ended.
-        held = Ceremony.objects.pending().filter(continuation_ref__startswith=f"{run.pk}:")
-        if held.exists():  # rarely any: half the CPU of selecting all 29 columns of none
-            for ceremony in held:
-                ceremony.decline(Ceremony.Status.REJECTED)
+        run.reject_pending_calls()
         if run.request is not None:
             bus.respond(
                 run.request,
@@ -479,6 +477,9 @@ def cancel(run, reason="Cancelled by an operator."):
     """Cancel a run that has not finished; a held call it waits for is rejected."""
     if run.is_final:
         return False
+    # A worker may be holding a call for the run right now, after this copy of it was read:
+    # its end looks for pending calls whatever the copy says.
+    run.may_have_held = True
     # One transaction: the rejected call's continuation runs after the run has ended, so it
     # finds nothing left to do (it would otherwise end the run first, as a rejection).
     with transaction.atomic():

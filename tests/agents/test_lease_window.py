@@ -6,13 +6,20 @@ The window is hit on purpose, not by chance: the approval is given from inside t
 `AgentRun.release`, before the lease is let go (the continuations run eagerly, at the
 approval's commit, so they meet the held lease)."""
 
+from dataclasses import replace
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
 from agents import runner
 from agents.models import AgentRun
-from held.models import Ceremony
+from held.kinds import tool_call
+from held.models import Asker, Ceremony
+from mcplet_host.celery import app
+from pools.models import Mcplet
 from tests.mcplet_host.test_gateway import ASSERTION
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
@@ -119,3 +126,81 @@ def test_a_run_that_breaks_after_holding_a_call_rejects_it(
     assert not held.approve(admin_user)
     assert calls("approve_plan") == []
     assert [m.status for m in A2AMessage.objects.filter(reply_to=request.message_id)] == ["error"]
+
+
+def test_the_run_says_it_may_have_held_before_the_gateway_holds(
+    registry, director, script, calls, monkeypatch
+):
+    """Committed before the hold: a worker that dies right after the gateway held the call
+    (before the run records its wait) leaves a run whose end still looks for that call."""
+    planning = registry["planning"]
+    planning.model = script({"planning-agent": [{"tool_calls": [{"name": "approve_plan"}]}]})
+    planning.save()
+    at_the_hold = []
+    hold = tool_call.hold
+
+    def holding(mcplet, arguments, asker, *args, **kwargs):
+        run_id = asker.continuation_ref.partition(":")[0]
+        at_the_hold.append(AgentRun.objects.get(pk=run_id).may_have_held)
+        return hold(mcplet, arguments, asker, *args, **kwargs)
+
+    monkeypatch.setattr(tool_call, "hold", holding)
+
+    bus.send_task("director", "planning-agent", {"store": "shinjuku"})
+
+    assert at_the_hold == [True]
+    assert calls("approve_plan") == []
+
+
+def test_a_run_that_held_nothing_ends_without_looking(registry, director):
+    """An A2A delivery whose run held nothing (here: it ends at once) makes no query for calls
+    left pending; an operator's cancel looks whatever its copy of the run says, since a worker
+    may be holding a call right then."""
+    app.conf.task_always_eager = False  # the worker is this test
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    run = runner.start(request, registry["info"])
+    with CaptureQueriesContext(connection) as statements:
+        assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "ok"})
+    assert not [q for q in statements.captured_queries if "passkey_ceremony" in q["sql"]]
+
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    run = runner.start(request, registry["info"])
+    operators_copy = AgentRun.objects.get(pk=run.pk)
+    run.may_hold()  # the worker holds a call meanwhile, after the operator read the run
+    asker = Asker("info-gathering-agent", continuation=runner.RESUME_TASK)
+    held = tool_call.hold(
+        Mcplet.objects.get(name="approve_plan"),
+        {},
+        replace(asker, continuation_ref=f"{run.pk}:0"),
+    )
+    assert not operators_copy.may_have_held
+
+    assert runner.cancel(operators_copy)
+
+    held.refresh_from_db()
+    assert held.status == Ceremony.Status.REJECTED
+
+
+@pytest.mark.parametrize("held", ["action", "result"])
+def test_a_run_that_breaks_after_holding_its_action_or_result_rejects_it(
+    registry, director, script, calls, admin_user, held
+):
+    """As for a tool call: a proposed action, or the result itself, held for a person and left
+    pending when the run ends, is rejected, never run."""
+    dispatch = registry["dispatch"]
+    answer = {"summary": "one e-mail", "actions": [{"tool": "send_email", "arguments": EMAIL}]}
+    dispatch.model = script({"dispatch-agent": [{"json": answer}]})
+    dispatch.result_needs_approval = held == "result"
+    dispatch.save()
+    request = bus.send_task("director", "dispatch-agent", {"store": "shinjuku"})
+    run = AgentRun.objects.get(request=request)
+    ceremony = run.waiting_for
+    assert ceremony.status == Ceremony.Status.PENDING
+    assert ceremony.continuation_ref == f"{run.pk}:{'action-0' if held == 'action' else 'result'}"
+
+    assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "broke"})
+
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.REJECTED
+    assert not ceremony.approve(admin_user, assertion=ASSERTION)
+    assert calls("send_email") == []

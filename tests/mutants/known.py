@@ -37,6 +37,7 @@ BUS = "tests/agents/test_bus_refusals_calllog.py::"
 GW = "tests/mcplet_host/test_gateway_breaks.py::"
 PK = "tests/passkey/test_passkey_breaks.py::"
 AWA = "tests/security/test_action_without_approval.py::"
+LEASE = "tests/agents/test_lease_window.py::"
 VAA = "tests/security/test_verify_assertion_abuse.py::"
 TM = "tests/toolindex/test_meta_tools.py::"
 TS = "tests/toolindex/test_search.py::"
@@ -280,6 +281,23 @@ BREAKS = [
             "tests/agents/test_runner.py::test_a_run_cancelled_while_a_worker_advances_it_ends_once",
             "tests/agents/test_runner.py::test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing",
         ],
+    ),
+    Break(
+        "hold-not-said-first",
+        "agents/models.py",
+        r"AgentRun\.objects\.filter\(pk=self\.pk\)\.update\(may_have_held=True\)",
+        "pass",
+        [
+            LEASE + "test_the_run_says_it_may_have_held_before_the_gateway_holds",
+            LEASE + "test_a_run_that_breaks_after_holding_a_call_rejects_it",
+        ],
+    ),
+    Break(
+        "cancel-trusts-its-copy",
+        "agents/runner.py",
+        r"^    run\.may_have_held = True\n",
+        "",
+        [LEASE + "test_a_run_that_held_nothing_ends_without_looking"],
     ),
     Break(
         "approved-after-a-decision",
