@@ -486,7 +486,7 @@ class AgentRun(models.Model):
     def reject_pending_calls(self):
         """A call the run held and nobody decided must not run once it has ended (it broke after
         the hold): rejected, its continuation finds the run ended. Only a run that may have held
-        one looks: a query fewer for most (8 % of an A2A delivery's CPU)."""
+        one looks: a query fewer for most (a tenth of an A2A delivery's CPU)."""
         if not self.may_have_held:
             return
         held = Ceremony.objects.pending().filter(continuation_ref__startswith=f"{self.pk}:")
