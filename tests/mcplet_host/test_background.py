@@ -51,14 +51,18 @@ def encode(items):
 
 
 def busy(sends, channel):
-    """Hold the publishing thread (in an encoder) until the returned event is set."""
-    gate = threading.Event()
+    """Hold the publishing thread (in an encoder) until the returned event is set. It returns
+    once the thread is inside the encoder: what is gathered from then on waits for the next
+    message (a thread not yet started would take it into this one)."""
+    gate, inside = threading.Event(), threading.Event()
 
     def hold(items):
+        inside.set()
         assert gate.wait(5)
         return encode(items)
 
     sends.gather(channel, "hold", hold)
+    assert inside.wait(5)
     return gate
 
 
