@@ -13,7 +13,7 @@ from django.utils.crypto import salted_hmac
 from a2a import messages
 from a2a.models import A2AMessage
 from a2a.schemas import validate
-from mcplet_host import audit, metrics
+from mcplet_host import audit, kept, metrics
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 
@@ -85,8 +85,8 @@ FORGED = "its signature is not the one the host gave it (a forged delivery, drop
 
 def authenticate(message_id, signature):
     """(the stored request, "") if the delivery is genuine, else (request or None, reason)."""
-    try:  # get(), not first(): a unique key needs no ORDER BY
-        row = A2AMessage.objects.get(message_id=message_id, type=A2AMessage.Type.TASK_REQUEST)
+    try:
+        row = kept.get(A2AMessage, message_id=message_id, type=A2AMessage.Type.TASK_REQUEST)
     except A2AMessage.DoesNotExist:
         return None, "no such message was sent on this host's bus"
     if not isinstance(signature, str) or not hmac.compare_digest(
@@ -151,7 +151,7 @@ def respond(request, status, *, result=None, error=None):
             reply_to=request.message_id, type=A2AMessage.Type.TASK_RESPONSE
         )
     if request.state != A2AMessage.State.REFUSED:
-        A2AMessage.objects.filter(pk=request.pk).update(state=A2AMessage.State.ANSWERED)
+        kept.update(A2AMessage, {"pk": request.pk}, {"state": A2AMessage.State.ANSWERED})
     return response
 
 
@@ -159,9 +159,9 @@ def mark_delivered(row):
     """True for the one delivery that marks the request delivered: a concurrent copy waits on
     the row until its transaction ends, then finds it marked."""
     now = timezone.now()
-    if not A2AMessage.objects.filter(pk=row.pk, state=A2AMessage.State.QUEUED).update(
-        state=A2AMessage.State.DELIVERED, delivered_at=now
-    ):
+    queued = {"pk": row.pk, "state": A2AMessage.State.QUEUED}
+    delivered = {"state": A2AMessage.State.DELIVERED, "delivered_at": now}
+    if not kept.update(A2AMessage, queued, delivered):
         return False
     row.state, row.delivered_at = A2AMessage.State.DELIVERED, now
     metrics.bus_message("delivered")  # once, however often a delivery is redelivered

@@ -17,7 +17,7 @@ from a2a.models import A2AMessage
 from a2a.schemas import json_path
 from a2a.webhooks import validate_networks
 from held.models import Ceremony
-from mcplet_host import signals
+from mcplet_host import kept, signals
 from mcplet_host.authority import Authority
 from pools.fields import SealedJSONField
 from pools.models import Pool, validate_http_url
@@ -470,7 +470,7 @@ class AgentRun(models.Model):
             for field in self._meta.concrete_fields
             if not field.primary_key
         }
-        if AgentRun.objects.filter(pk=self.pk).exclude(status__in=self.FINAL).update(**values):
+        if kept.update(AgentRun, {"pk": self.pk}, values, exclude={"status__in": self.FINAL}):
             signals.saved(self)  # the dashboard's live view hears this save too
             return True
         self.refresh_from_db()

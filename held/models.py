@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from mcplet_host import audit, metrics, signals, tracing
+from mcplet_host import audit, kept, metrics, signals, tracing
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey.assertions import EXPIRED, NOT_PENDING, Refused
@@ -369,10 +369,9 @@ class Ceremony(models.Model):
             return False
         now = timezone.now()
         with transaction.atomic():
-            pending = Ceremony.objects.filter(
-                pk=self.pk, status=self.Status.PENDING, expires_at__gt=now
-            )
-            if not pending.update(status=self.Status.APPROVED, decided_by=user, decided_at=now):
+            pending = {"pk": self.pk, "status": self.Status.PENDING, "expires_at__gt": now}
+            decided = {"status": self.Status.APPROVED, "decided_by": user, "decided_at": now}
+            if not kept.update(Ceremony, pending, decided):
                 return False
             self.status, self.decided_by, self.decided_at = self.Status.APPROVED, user, now
             signals.saved(self, update_fields={"status", "decided_by", "decided_at"})

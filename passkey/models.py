@@ -23,7 +23,7 @@ from webauthn.helpers.structs import (
 )
 
 from held.models import APPROVE_PERMISSION
-from mcplet_host import audit
+from mcplet_host import audit, kept
 from passkey import assertions
 from passkey.assertions import Refused
 from passkey.challenges import CHALLENGE_TTL
@@ -191,8 +191,10 @@ class PasskeyCredential(models.Model):
             sign_count=self.sign_count,
             require_uv=require_user_verification(),
         )
-        moved = PasskeyCredential.objects.filter(pk=self.pk, sign_count=self.sign_count).update(
-            sign_count=count, last_used_at=timezone.now()
+        moved = kept.update(
+            PasskeyCredential,
+            {"pk": self.pk, "sign_count": self.sign_count},
+            {"sign_count": count, "last_used_at": timezone.now()},
         )
         if not moved:
             raise Refused(assertions.REPLAYED, "This assertion was already used.", 403)

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from held.kinds import form as held_form
 from held.kinds import rerun, step_up
 from held.models import APPROVE_PERMISSION, Ceremony
-from mcplet_host import storable
+from mcplet_host import kept, storable
 from passkey import approvals, assertions, links, loopback
 from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
@@ -113,8 +113,8 @@ def _ceremony(request, token):
     # A loopback server serves its own ceremony only (it routes nothing else here either).
     if request.META.get(loopback.CEREMONY_KEY, token) != token:
         raise Http404
-    try:  # get(), not first(): a unique key needs no ORDER BY (a quarter of a read's CPU)
-        return Ceremony.objects.get(token=token)
+    try:
+        return kept.get(Ceremony, token=token)
     except Ceremony.DoesNotExist:
         return None
 

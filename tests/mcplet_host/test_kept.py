@@ -1,0 +1,152 @@
+"""Kept statements (mcplet_host.kept): a shape compiled by Django once sends what Django's ORM
+would send for every later call, reads rows as the ORM reads them, and a shape it cannot bind as
+Django does is never kept (its calls go through the ORM)."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import connections
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from a2a.models import A2AMessage
+from agents.models import Agent, AgentRun
+from mcplet_host import kept
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    """This connection's kept statements, none yet (a test's connection outlives it)."""
+    statements().clear()
+
+
+@pytest.fixture
+def agents():
+    return {
+        "info": Agent.objects.create(agent_id="info-gathering-agent", display_name="Info"),
+        "plan": Agent.objects.create(agent_id="planning-agent", display_name="Planning"),
+    }
+
+
+def message(**fields):
+    body = {"payload": {"parameters": {"text": "café \u2603", "n": [1, 2.5, None]}}}
+    return A2AMessage.objects.create(
+        message_id=uuid.uuid4(),
+        context_id=uuid.uuid4(),
+        type=A2AMessage.Type.TASK_REQUEST,
+        sender_id="director",
+        recipient_id="info-gathering-agent",
+        body=body,
+        provenance={"chain": ["director"]},
+        signature="sig",
+        **fields,
+    )
+
+
+def statements():
+    return kept._statements(connections["default"])
+
+
+def sent(run):
+    """The statements `run()` sends, as the database saw them (parameters in place)."""
+    with CaptureQueriesContext(connections["default"]) as captured:
+        result = run()
+    return result, [q["sql"] for q in captured.captured_queries]
+
+
+def test_a_row_read_by_a_kept_get_is_the_row_the_orm_reads():
+    rows = [message(), message(delivered_at=timezone.now())]
+    for _ in range(2):  # compiled at the first call, bound at the second
+        for row in rows:
+            ours = kept.get(A2AMessage, message_id=row.message_id, type=row.type)
+            orms = A2AMessage.objects.get(message_id=row.message_id, type=row.type)
+            fields = [f.attname for f in A2AMessage._meta.concrete_fields]
+            assert {f: getattr(ours, f) for f in fields} == {f: getattr(orms, f) for f in fields}
+            assert ours._state.adding is False and ours._state.db == "default"
+    by_str = kept.get(A2AMessage, message_id=str(rows[0].message_id), type=rows[0].type)
+    assert by_str.pk == rows[0].pk
+
+
+def test_a_kept_get_refuses_as_the_orm_does():
+    with pytest.raises(A2AMessage.DoesNotExist):
+        kept.get(A2AMessage, message_id=uuid.uuid4(), type=A2AMessage.Type.TASK_REQUEST)
+    for hostile in ("not a uuid", "\x00", "\ud800"):
+        with pytest.raises(ValidationError):
+            A2AMessage.objects.get(message_id=hostile, type=A2AMessage.Type.TASK_REQUEST)
+        with pytest.raises(ValidationError):
+            kept.get(A2AMessage, message_id=hostile, type=A2AMessage.Type.TASK_REQUEST)
+    twins = [message(), message()]
+    with pytest.raises(A2AMessage.MultipleObjectsReturned):
+        kept.get(A2AMessage, recipient_id=twins[0].recipient_id, signature="sig")
+
+
+def test_a_kept_update_sends_what_the_orm_sends():
+    rows = [message(), message()]
+    now = timezone.now()
+    for i, row in enumerate(rows * 2):
+        where = {"pk": row.pk, "state": A2AMessage.State.QUEUED}
+        values = {"state": A2AMessage.State.QUEUED, "delivered_at": now + timedelta(seconds=i)}
+        orms, theirs = sent(lambda: A2AMessage.objects.filter(**where).update(**values))
+        ours, mine = sent(lambda: kept.update(A2AMessage, where, values))  # noqa: B023
+        assert (ours, mine) == (orms, theirs) == (1, theirs)
+    assert sum(s is not kept._NOT_KEPT for s in statements().values()) == 1
+
+
+def test_values_django_writes_into_the_sql_are_part_of_the_shape(agents):
+    """None (SET … = NULL), booleans, an IN's length: each its own statement, each as Django's."""
+    run = AgentRun.objects.create(agent=agents["info"], context_id="c", lease_owner="w")
+    final = (AgentRun.Status.SUCCESS, AgentRun.Status.ERROR)
+    cases = [
+        ({"pk": run.pk}, {"result": None, "error": {"message": "x"}, "lease_owner": ""}, final),
+        ({"pk": run.pk}, {"result": {"a": [1]}, "error": None, "lease_owner": "w2"}, final),
+        ({"pk": run.pk, "may_have_held": False}, {"steps": 3, "waiting_for": None}, final[:1]),
+        ({"pk": run.pk, "lease_until__isnull": True}, {"agent": agents["plan"]}, final),
+    ]
+    for where, values, excluded in cases * 2:
+        exclude = {"status__in": excluded}
+        orm = AgentRun.objects.filter(**where).exclude(**exclude)
+        orms, theirs = sent(lambda: orm.update(**values))  # noqa: B023
+        ours, mine = sent(lambda: kept.update(AgentRun, where, values, exclude=exclude))  # noqa: B023
+        assert (ours, mine) == (orms, theirs)
+        assert ours == 1
+    kept_now = [s for s in statements().values() if s is not kept._NOT_KEPT]
+    assert len(kept_now) == len(cases)
+    run.refresh_from_db()
+    assert run.agent == agents["plan"] and run.steps == 3
+
+
+def test_a_shape_django_binds_otherwise_is_never_kept_and_still_runs():
+    row = message()
+    assert kept.update(A2AMessage, {"pk": row.pk}, {"signature": F("recipient_id")}) == 1
+    row.refresh_from_db()
+    assert row.signature == row.recipient_id
+    assert list(statements().values()) == [kept._NOT_KEPT]
+    assert kept.update(A2AMessage, {"pk": row.pk}, {"signature": F("sender_id")}) == 1
+    row.refresh_from_db()
+    assert row.signature == "director"
+
+
+def test_an_update_through_a_join_is_never_kept(agents):
+    run = AgentRun.objects.create(agent=agents["info"], context_id="c")
+    where = {"pk": run.pk, "agent__agent_id": "info-gathering-agent"}
+    assert kept.update(AgentRun, where, {"steps": 7}) == 1
+    assert list(statements().values()) == [kept._NOT_KEPT]
+    run.refresh_from_db()
+    assert run.steps == 7
+    assert Agent.objects.filter(agent_id="info-gathering-agent").exists()
+
+
+def test_each_connection_compiles_its_own():
+    row = message()
+    kept.get(A2AMessage, message_id=row.message_id, type=row.type)
+    other = connections.create_connection("default")
+    try:
+        assert kept._statements(other) == {}
+        assert len(statements()) == 1
+    finally:
+        other.close()
