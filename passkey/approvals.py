@@ -11,7 +11,7 @@ from webauthn import generate_authentication_options, options_to_json
 from webauthn.helpers.structs import UserVerificationRequirement
 
 from held.models import ASSERTION_CACHE_TTL, Ceremony, arguments_hash
-from mcplet_host import audit
+from mcplet_host import audit, kept
 from passkey import assertions
 from passkey.assertions import Refused
 from passkey.challenges import CHALLENGE_TTL, ChallengeRecord
@@ -79,7 +79,9 @@ def _approve_with_passkey(ceremony, user, credential_json, origin):
     if not record.binds(ceremony.nonce, ceremony.arguments_hash, challenge):
         raise Refused(assertions.WRONG_CALL, "The challenge is not bound to this call.", 403)
     try:
-        passkey = PasskeyCredential.objects.active().get(user=user, credential_id=credential.id)
+        passkey = kept.get(
+            PasskeyCredential, **PasskeyCredential.ACTIVE, user=user, credential_id=credential.id
+        )
     except PasskeyCredential.DoesNotExist:
         raise Refused(
             assertions.UNKNOWN_CREDENTIAL, "This passkey is not registered.", 403

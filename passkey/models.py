@@ -61,12 +61,14 @@ def audit_refusal(stage, refusal, *, ceremony=None, user=None, server=None, tool
 
 class PasskeyCredentialQuerySet(models.QuerySet):
     def active(self):
-        return self.filter(revoked_at__isnull=True, user__is_active=True)
+        return self.filter(**PasskeyCredential.ACTIVE)
 
 
 class PasskeyCredential(models.Model):
     """One registered passkey of an approver. A user may hold several; revoked ones stay listed
     (who approved what with which key remains readable) but never verify again."""
+
+    ACTIVE = {"revoked_at__isnull": True, "user__is_active": True}  # not revoked, owner active
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="passkeys"

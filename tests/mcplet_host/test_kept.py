@@ -52,10 +52,10 @@ def statements():
     return kept._statements(connections["default"])
 
 
-def sent(run):
-    """The statements `run()` sends, as the database saw them (parameters in place)."""
+def sent(func, *args, **kwargs):
+    """What `func` returns, and the statements it sends as the database saw them."""
     with CaptureQueriesContext(connections["default"]) as captured:
-        result = run()
+        result = func(*args, **kwargs)
     return result, [q["sql"] for q in captured.captured_queries]
 
 
@@ -91,8 +91,8 @@ def test_a_kept_update_sends_what_the_orm_sends():
     for i, row in enumerate(rows * 2):
         where = {"pk": row.pk, "state": A2AMessage.State.QUEUED}
         values = {"state": A2AMessage.State.QUEUED, "delivered_at": now + timedelta(seconds=i)}
-        orms, theirs = sent(lambda: A2AMessage.objects.filter(**where).update(**values))
-        ours, mine = sent(lambda: kept.update(A2AMessage, where, values))  # noqa: B023
+        orms, theirs = sent(A2AMessage.objects.filter(**where).update, **values)
+        ours, mine = sent(kept.update, A2AMessage, where, values)
         assert (ours, mine) == (orms, theirs) == (1, theirs)
     assert sum(s is not kept._NOT_KEPT for s in statements().values()) == 1
 
@@ -110,8 +110,8 @@ def test_values_django_writes_into_the_sql_are_part_of_the_shape(agents):
     for where, values, excluded in cases * 2:
         exclude = {"status__in": excluded}
         orm = AgentRun.objects.filter(**where).exclude(**exclude)
-        orms, theirs = sent(lambda: orm.update(**values))  # noqa: B023
-        ours, mine = sent(lambda: kept.update(AgentRun, where, values, exclude=exclude))  # noqa: B023
+        orms, theirs = sent(orm.update, **values)
+        ours, mine = sent(kept.update, AgentRun, where, values, exclude=exclude)
         assert (ours, mine) == (orms, theirs)
         assert ours == 1
     kept_now = [s for s in statements().values() if s is not kept._NOT_KEPT]
@@ -150,3 +150,40 @@ def test_each_connection_compiles_its_own():
         assert len(statements()) == 1
     finally:
         other.close()
+
+
+def test_a_read_through_a_join_is_kept_and_reads_the_same(django_user_model):
+    from passkey.models import PasskeyCredential
+
+    users = [django_user_model.objects.create_user(name) for name in ("ann", "bob")]
+    keys = [
+        PasskeyCredential.objects.create(
+            user=user, name="laptop", credential_id=f"cred-{user.pk}", public_key=b"\x00\xffk"
+        )
+        for user in users
+    ]
+    for _ in range(2):
+        for user, key in zip(users, keys, strict=True):
+            where = {**PasskeyCredential.ACTIVE, "user": user, "credential_id": key.credential_id}
+            ours = kept.get(PasskeyCredential, **where)
+            assert ours == PasskeyCredential.objects.active().get(
+                user=user, credential_id=key.credential_id
+            )
+            assert bytes(ours.public_key) == b"\x00\xffk" and ours.transports == []
+    assert [s is not kept._NOT_KEPT for s in statements().values()] == [True]
+    users[1].is_active = False
+    users[1].save()
+    with pytest.raises(PasskeyCredential.DoesNotExist):  # its owner is no longer active
+        kept.get(
+            PasskeyCredential,
+            **PasskeyCredential.ACTIVE,
+            user=users[1],
+            credential_id=keys[1].credential_id,
+        )
+    with pytest.raises(PasskeyCredential.DoesNotExist):  # another's passkey
+        kept.get(
+            PasskeyCredential,
+            **PasskeyCredential.ACTIVE,
+            user=users[0],
+            credential_id=keys[1].credential_id,
+        )
