@@ -15,8 +15,8 @@ goes through the ORM, as before.
 """
 
 import logging
-import weakref
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, router, transaction
 from django.db.models import Model, sql
 from django.db.models.constants import LOOKUP_SEP
@@ -24,7 +24,6 @@ from django.db.models.constants import LOOKUP_SEP
 log = logging.getLogger(__name__)
 
 ONE_VALUE = {"exact", "gt", "gte", "lt", "lte"}
-_kept = weakref.WeakKeyDictionary()  # a connection (one per thread and alias) → its statements
 _NOT_KEPT = object()
 
 
@@ -58,10 +57,13 @@ def update(model, where, values, exclude=None):
 
 
 def _statements(connection):
+    """The statements kept on this connection (Django's, one per thread and alias): they go
+    with it."""
     try:
-        return _kept[connection]
-    except KeyError:
-        return _kept.setdefault(connection, {})
+        return connection.mcplet_kept_statements
+    except AttributeError:
+        connection.mcplet_kept_statements = {}
+        return connection.mcplet_kept_statements
 
 
 def _shape(values):
@@ -87,7 +89,6 @@ class _Statement:
         self.model, self.sql = model, sql_text
         self.where_order, self.exclude_order = where_order, exclude_order
         self.set_fields = set_fields  # (name, field) in the order Django sets them
-        self.binders = {}
 
     def bind(self, where, values, exclude, connection):
         params = [
@@ -197,7 +198,7 @@ def _field_and_lookup(model, name):
             opts = field.related_model._meta
         try:
             field = opts.pk if part == "pk" else opts.get_field(part)
-        except Exception:
+        except FieldDoesNotExist:
             if i == len(parts) - 1 and field is not None:
                 return _target(field), part
             raise _Unknown(name) from None
