@@ -36,7 +36,8 @@ def post(message, authority, *, external=False):
     (after the commit)."""
     validate("task-request", message)
     provenance = authority.to_json()
-    row = A2AMessage.objects.create(
+    row = kept.create(
+        A2AMessage,
         message_id=message["messageId"],
         context_id=message["contextId"],
         type=A2AMessage.Type.TASK_REQUEST,
@@ -135,7 +136,8 @@ def respond(request, status, *, result=None, error=None):
     body = messages.task_response(request.body, status, result=result, error=error)
     try:
         with transaction.atomic():
-            response = A2AMessage.objects.create(
+            response = kept.create(
+                A2AMessage,
                 message_id=body["messageId"],
                 context_id=body["contextId"],
                 type=A2AMessage.Type.TASK_RESPONSE,

@@ -27,7 +27,7 @@ from agents.models import AgentRun
 from agents.toolset import Toolset
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
-from mcplet_host import audit, gateway, metrics, storable, tracing
+from mcplet_host import audit, gateway, kept, metrics, storable, tracing
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,8 @@ def start(request, agent):
     request's signed provenance, and nothing else, and is leased to this worker: a worker killed
     before its first step leaves a lease that expires, and `recover` takes the run up then."""
     now = timezone.now()
-    return AgentRun.objects.create(
+    return kept.create(
+        AgentRun,
         request=request,
         agent=agent,
         provenance=request.provenance,

@@ -14,11 +14,12 @@ join an UPDATE must select through, a lookup not known here) is never kept: each
 goes through the ORM, as before.
 """
 
+import copy
 import logging
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, router, transaction
-from django.db.models import Model, sql
+from django.db.models import Model, signals, sql
 from django.db.models.constants import LOOKUP_SEP
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,26 @@ def update(model, where, values, exclude=None):
     with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
         cursor.execute(statement.sql, statement.bind(where, values, exclude or {}, connection))
         return cursor.rowcount
+
+
+def create(model, **values):
+    """`model.objects.create(**values)` for a model of one table (no parents), with the
+    pre_save and post_save signals Django sends."""
+    obj = model(**values)
+    db = router.db_for_write(model, instance=obj)
+    connection = connections[db]
+    if any(hasattr(v, "resolve_expression") for v in values.values()):
+        statement = _NOT_KEPT  # an expression is SQL of its own
+    else:
+        key = ("create", model, obj.pk is None)
+        statement = _statements(connection).get(key)
+        if statement is None:
+            statement = _statements(connection)[key] = _Insert.compile(obj, connection)
+    if statement is _NOT_KEPT:
+        obj.save(force_insert=True, using=db)
+    else:
+        statement.insert(obj, connection, db)
+    return obj
 
 
 def _statements(connection):
@@ -158,6 +179,60 @@ class _Update(_Statement):
         set_fields = [(name, model._meta.get_field(name)) for name in values]
         statement = cls(model, sql_text, sorted(where), sorted(exclude), set_fields)
         return cls.checked(statement, params, where, values, exclude, connection)
+
+
+class _Insert:
+    """As Model.save() inserts a new row: every concrete column (the AutoField's too if it is
+    set), the fields' pre_save (auto_now_add), the columns the database returns."""
+
+    @classmethod
+    def compile(cls, obj, connection):
+        meta = obj._meta
+        if meta.parents or meta.proxy or meta.order_with_respect_to:
+            return _NOT_KEPT
+        if not connection.features.can_return_columns_from_insert:
+            return _NOT_KEPT
+        statement = cls()
+        pk_set = obj.pk is not None
+        statement.fields = [
+            f
+            for f in meta.local_concrete_fields
+            if not f.generated and (pk_set or f is not meta.auto_field)
+        ]
+        statement.returning = meta.db_returning_fields
+        probe = copy.copy(obj)  # Django's compiler runs the fields' pre_save on it
+        query = sql.InsertQuery(obj.__class__)
+        query.insert_values(statement.fields, [probe])
+        compiler = query.get_compiler(connection=connection)
+        compiler.returning_fields = statement.returning
+        [(statement.sql, params)] = compiler.as_sql()
+        statement.returning_params = compiler.returning_params
+        columns = [f.get_col(meta.db_table) for f in statement.returning]
+        statement.converters, statement.compiler = compiler.get_converters(columns), compiler
+        ours = [f.get_db_prep_save(getattr(probe, f.attname), connection) for f in statement.fields]
+        if [_comparable(p) for p in ours] != [_comparable(p) for p in params]:
+            log.debug("not kept (its parameters differ from Django's): %s", statement.sql)
+            return _NOT_KEPT
+        return statement
+
+    def insert(self, obj, connection, db):
+        model = obj.__class__
+        obj._prepare_related_fields_for_save(operation_name="save")
+        signals.pre_save.send(sender=model, instance=obj, raw=False, using=db, update_fields=None)
+        params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
+        with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
+            cursor.execute(self.sql, params)
+            if self.returning:
+                row = connection.ops.fetch_returned_insert_columns(cursor, self.returning_params)
+        if self.returning:
+            if self.converters:
+                [row] = self.compiler.apply_converters([row], self.converters)
+            for value, field in zip(row, self.returning, strict=True):
+                setattr(obj, field.attname, value)
+        obj._state.db, obj._state.adding = db, False
+        signals.post_save.send(
+            sender=model, instance=obj, created=True, update_fields=None, raw=False, using=db
+        )
 
 
 class _Unknown(Exception):

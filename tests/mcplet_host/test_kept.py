@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connections
-from django.db.models import F
+from django.db import IntegrityError, connections, transaction
+from django.db.models import F, Value, signals
+from django.db.models.functions import Upper
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -187,3 +188,76 @@ def test_a_read_through_a_join_is_kept_and_reads_the_same(django_user_model):
             user=users[0],
             credential_id=keys[1].credential_id,
         )
+
+
+def test_a_kept_create_writes_the_row_the_orm_writes_and_sends_its_signals(agents):
+    heard = []
+
+    def receiver(signal, sender, instance, **kwargs):
+        heard.append((signal, instance.pk, kwargs.get("created"), kwargs["raw"], kwargs["using"]))
+
+    fields = {
+        "sender_id": "director",
+        "recipient_id": "info-gathering-agent",
+        "type": A2AMessage.Type.TASK_REQUEST,
+        "body": {"payload": {"parameters": {"text": "\u2603", "nested": [{"a": None}]}}},
+        "provenance": {"chain": ["director"]},
+        "signature": "sig",
+    }
+    signals.pre_save.connect(receiver, sender=A2AMessage)
+    signals.post_save.connect(receiver, sender=A2AMessage)
+    try:
+        for _ in range(2):
+            ids = {"message_id": uuid.uuid4(), "context_id": uuid.uuid4()}
+            ours = kept.create(A2AMessage, **fields, **ids)
+            orms = A2AMessage.objects.create(**fields, **{**ids, "message_id": uuid.uuid4()})
+            assert isinstance(ours.pk, int) and ours.pk != orms.pk
+            assert ours._state.adding is False and ours._state.db == "default"
+            assert ours.created_at is not None
+            read = A2AMessage.objects.get(pk=ours.pk)
+            for field in A2AMessage._meta.concrete_fields:
+                if field.attname not in ("id", "message_id", "created_at"):
+                    assert getattr(read, field.attname) == getattr(orms, field.attname), field
+            assert read.created_at == ours.created_at
+    finally:
+        signals.pre_save.disconnect(receiver, sender=A2AMessage)
+        signals.post_save.disconnect(receiver, sender=A2AMessage)
+    assert [(s, c, r, u) for s, _, c, r, u in heard] == [
+        (signals.pre_save, None, False, "default"),
+        (signals.post_save, True, False, "default"),
+    ] * 4
+    assert heard[1][1] is not None  # post_save sees the row's id
+    run = kept.create(AgentRun, agent=agents["info"], context_id="c", transcript=[{"r": 1}])
+    assert AgentRun.objects.get(pk=run.pk).transcript == [{"r": 1}]
+    assert [s is not kept._NOT_KEPT for s in statements().values()] == [True, True]
+
+
+def test_a_kept_create_refuses_a_duplicate_as_the_orm_does():
+    first = message()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        kept.create(
+            A2AMessage,
+            message_id=first.message_id,
+            context_id=uuid.uuid4(),
+            type=A2AMessage.Type.TASK_REQUEST,
+            sender_id="x",
+            recipient_id="y",
+            body={},
+        )
+    assert A2AMessage.objects.filter(message_id=first.message_id).count() == 1
+
+
+def test_a_create_with_an_expression_goes_through_the_orm():
+    row = kept.create(
+        A2AMessage,
+        message_id=uuid.uuid4(),
+        context_id=uuid.uuid4(),
+        type=A2AMessage.Type.TASK_REQUEST,
+        sender_id="x",
+        recipient_id="y",
+        body={},
+        signature=Upper(Value("abc")),
+    )
+    row.refresh_from_db()
+    assert row.signature == "ABC"
+    assert statements() == {}

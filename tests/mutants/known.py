@@ -86,8 +86,8 @@ BREAKS = [
     Break(
         "sign-count-cas",
         "passkey/models.py",
-        r"filter\(pk=self\.pk, sign_count=self\.sign_count\)",
-        "filter(pk=self.pk)",
+        r'\{"pk": self\.pk, "sign_count": self\.sign_count\}',
+        '{"pk": self.pk}',
         [PK + "test_two_uses_of_one_sign_count_approve_once"],
     ),
     Break(
@@ -302,8 +302,8 @@ BREAKS = [
     Break(
         "approved-after-a-decision",
         "held/models.py",
-        r"pk=self\.pk, status=self\.Status\.PENDING, expires_at__gt=now",
-        "pk=self.pk, expires_at__gt=now",
+        r'"pk": self\.pk, "status": self\.Status\.PENDING, "expires_at__gt": now',
+        '"pk": self.pk, "expires_at__gt": now',
         [
             "tests/held/test_decisions.py::test_an_approval_from_a_copy_read_before_a_reject_runs_nothing",
             "tests/held/test_decisions.py::test_an_approval_racing_a_reject_waits_for_it_then_changes_nothing",
