@@ -61,6 +61,8 @@ def create(model, **values):
     """`model.objects.create(**values)` for a model of one table (no parents), with the
     pre_save and post_save signals Django sends."""
     obj = model(**values)
+    if obj.pk is None:  # as Model.save(): a primary key's default, if it has one
+        obj.pk = obj._meta.pk.get_pk_value_on_save(obj)
     db = router.db_for_write(model, instance=obj)
     connection = connections[db]
     if any(hasattr(v, "resolve_expression") for v in values.values()):
@@ -190,6 +192,8 @@ class _Insert:
         meta = obj._meta
         if meta.parents or meta.proxy or meta.order_with_respect_to:
             return _NOT_KEPT
+        if any(f.has_db_default() for f in meta.local_concrete_fields):
+            return _NOT_KEPT  # DEFAULT is written into the SQL
         if not connection.features.can_return_columns_from_insert:
             return _NOT_KEPT
         statement = cls()
