@@ -275,7 +275,7 @@ BREAKS = [
     Break(
         "run-ends-twice",
         "agents/models.py",
-        r"\.exclude\(status__in=self\.FINAL\)",
+        r', exclude=\{"status__in": self\.FINAL\}',
         "",
         [
             "tests/agents/test_runner.py::test_a_run_cancelled_while_a_worker_advances_it_ends_once",
