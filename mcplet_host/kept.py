@@ -30,15 +30,36 @@ _NOT_KEPT = object()
 
 def get(model, **where):
     """`model.objects.get(**where)` for lookups of a unique key (at most one row)."""
-    db = router.db_for_read(model)
-    connection = connections[db]
-    key = ("get", model, _shape(where))
+    statement, connection = _select(model, where, unique=True)
+    if statement is _NOT_KEPT:
+        return model._default_manager.db_manager(connection.alias).get(**where)
+    found = statement.rows(where, connection)
+    if not found:
+        name = model._meta.object_name
+        raise model.DoesNotExist(f"{name} matching query does not exist.")
+    if len(found) > 1:
+        raise model.MultipleObjectsReturned(
+            f"get() returned more than one {model._meta.object_name}"
+        )
+    return found[0]
+
+
+def rows(model, **where):
+    """`list(model.objects.filter(**where))`, in the model's own order."""
+    statement, connection = _select(model, where, unique=False)
+    if statement is _NOT_KEPT:
+        return list(model._default_manager.db_manager(connection.alias).filter(**where))
+    return statement.rows(where, connection)
+
+
+def _select(model, where, unique):
+    connection = connections[router.db_for_read(model)]
+    key = ("get" if unique else "rows", model, _shape(where))
     statement = _statements(connection).get(key)
     if statement is None:
-        statement = _statements(connection)[key] = _Select.compile(model, where, connection)
-    if statement is _NOT_KEPT:
-        return model._default_manager.db_manager(db).get(**where)
-    return statement.get(where, connection, db)
+        statement = _Select.compile(model, where, connection, unique)
+        _statements(connection)[key] = statement
+    return statement, connection
 
 
 def update(model, where, values, exclude=None):
@@ -139,9 +160,10 @@ class _Statement:
 
 class _Select(_Statement):
     @classmethod
-    def compile(cls, model, where, connection):
-        # As QuerySet.get(), with a limit of 2: more than one row is an error there too.
-        queryset = _queryset(model, where, None, connection.alias).order_by()[:2]
+    def compile(cls, model, where, connection, unique):
+        queryset = _queryset(model, where, None, connection.alias)
+        if unique:  # as QuerySet.get(), with a limit of 2: more than one row is an error
+            queryset = queryset.order_by()[:2]
         compiler = queryset.query.get_compiler(connection=connection)
         sql_text, params = compiler.as_sql()
         klass_info = compiler.klass_info
@@ -154,19 +176,14 @@ class _Select(_Statement):
         statement.compiler = compiler  # its converters, for the rows read
         return cls.checked(statement, params, where, {}, {}, connection)
 
-    def get(self, where, connection, db):
+    def rows(self, where, connection):
         with connection.cursor() as cursor:
             cursor.execute(self.sql, self.bind(where, {}, {}, connection))
-            rows = cursor.fetchall()
-        if not rows:
-            name = self.model._meta.object_name
-            raise self.model.DoesNotExist(f"{name} matching query does not exist.")
-        if len(rows) > 1:
-            raise self.model.MultipleObjectsReturned(
-                f"get() returned more than one {self.model._meta.object_name}"
-            )
-        (row,) = self.compiler.results_iter(results=[rows])
-        return self.model.from_db(db, self.init_list, row[self.columns])
+            found = cursor.fetchall()
+        return [
+            self.model.from_db(connection.alias, self.init_list, row[self.columns])
+            for row in self.compiler.results_iter(results=[found])
+        ]
 
 
 class _Update(_Statement):

@@ -29,7 +29,7 @@ def issue_challenge(ceremony, user):
     try:
         check_approver(user)
         ceremony.check_open()
-        passkeys = list(PasskeyCredential.objects.active().filter(user=user))
+        passkeys = kept.rows(PasskeyCredential, **PasskeyCredential.ACTIVE, user=user)
         if not passkeys:
             raise Refused(assertions.NO_PASSKEY, "Register a passkey first.", 409)
     except Refused as refusal:

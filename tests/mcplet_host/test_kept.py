@@ -261,3 +261,24 @@ def test_a_create_with_an_expression_goes_through_the_orm():
     row.refresh_from_db()
     assert row.signature == "ABC"
     assert statements() == {}
+
+
+def test_kept_rows_are_the_orms_in_its_order(django_user_model):
+    from passkey.models import PasskeyCredential
+
+    ann, bob = (django_user_model.objects.create_user(name) for name in ("ann", "bob"))
+    for i, user in enumerate([ann, ann, bob, ann]):
+        PasskeyCredential.objects.create(
+            user=user, name=f"key {i}", credential_id=f"cred-{i}", public_key=b"k"
+        )
+    PasskeyCredential.objects.filter(name="key 1").update(revoked_at=timezone.now())
+    for _ in range(2):
+        for user in (ann, bob):
+            ours = kept.rows(PasskeyCredential, **PasskeyCredential.ACTIVE, user=user)
+            assert ours == list(PasskeyCredential.objects.active().filter(user=user))
+    assert [k.name for k in ours] == ["key 2"]
+    assert [k.name for k in kept.rows(PasskeyCredential, **PasskeyCredential.ACTIVE, user=ann)] == [
+        "key 3",
+        "key 0",
+    ]  # the newest first, as the model orders them
+    assert kept.rows(PasskeyCredential, user=django_user_model.objects.create_user("cy")) == []
