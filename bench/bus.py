@@ -190,6 +190,7 @@ def celery_worker(queue, concurrency, log_path, notify_key, more_env=None, pool=
         process = subprocess.Popen(command, cwd=common.ROOT, env=env, stdout=log, stderr=log)
     try:
         wait_ready(process)
+        wait_quiet(process)
         yield process
     except BaseException:
         tail = Path(log_path).read_text(errors="replace")[-3000:]
@@ -224,6 +225,20 @@ def wait_ready(process, timeout=90):
     finally:
         time.sleep(0.2)  # an earlier probe may still be answering
         forget(probes)
+
+
+def wait_quiet(process, timeout=60, window=0.5, busy=0.05):
+    """Once ready, a worker still loads what its first task would (litellm, the MCP sessions)
+    in a thread for a few seconds: measured then, Celery's own echo shared the worker with that
+    load (4 ms of the worker's CPU an echo, its mean twice its median). Wait until the worker's
+    processes use under `busy` of a CPU over `window` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cpu = web.tree_cpu_seconds(process.pid)
+        time.sleep(window)
+        if web.tree_cpu_seconds(process.pid) - cpu < busy * window:
+            return
+    print(f"(the worker was still busy {timeout} s after it was ready: measuring anyway)")
 
 
 SENTINEL = []  # the Redis key this run sets at the start: gone if its database was flushed
