@@ -495,6 +495,5 @@ class AgentRun(models.Model):
                 ceremony.decline(Ceremony.Status.REJECTED)
 
     def release(self, owner):
-        AgentRun.objects.filter(pk=self.pk, lease_owner=owner).update(
-            lease_until=None, lease_owner=""
-        )
+        mine = {"pk": self.pk, "lease_owner": owner}
+        kept.update(AgentRun, mine, {"lease_until": None, "lease_owner": ""})

@@ -125,15 +125,17 @@ def _advance(run):
 def resume(ceremony_id, ref):
     """The continuation of a held call or result: record its outcome, then advance the run."""
     run_id, _, key = ref.partition(":")
-    run = AgentRun.objects.filter(pk=run_id).first()
-    ceremony = Ceremony.objects.get(pk=ceremony_id)
-    if run is None or run.is_final:
+    try:
+        run = kept.get(AgentRun, pk=run_id)
+    except AgentRun.DoesNotExist:
+        return
+    ceremony = kept.get(Ceremony, pk=ceremony_id)
+    if run.is_final:
         return
     # A person's wait is a link to the span that held the call, never a span hours long.
     with tracing.span("resume_run", attributes=run.traced, links_to=[ceremony.traceparent]):
-        if AgentRun.objects.filter(pk=run.pk, status=AgentRun.Status.AWAITING_APPROVAL).update(
-            status=AgentRun.Status.RUNNING, waiting_for=None
-        ):
+        waiting = {"pk": run.pk, "status": AgentRun.Status.AWAITING_APPROVAL}
+        if kept.update(AgentRun, waiting, {"status": AgentRun.Status.RUNNING, "waiting_for": None}):
             log.info("run %s resumes after %s (%s)", run.pk, key, ceremony.status)
         advance(run.pk)
 
