@@ -282,3 +282,17 @@ def test_kept_rows_are_the_orms_in_its_order(django_user_model):
         "key 0",
     ]  # the newest first, as the model orders them
     assert kept.rows(PasskeyCredential, user=django_user_model.objects.create_user("cy")) == []
+
+
+def test_true_and_false_are_two_statements(agents):
+    """Django writes `WHERE flag` and `WHERE NOT flag`: one kept for the other would match the
+    wrong rows."""
+    held = AgentRun.objects.create(agent=agents["info"], context_id="c", may_have_held=True)
+    clean = AgentRun.objects.create(agent=agents["info"], context_id="c", may_have_held=False)
+    for flag, run in ((False, clean), (True, held), (False, clean), (True, held)):
+        where = {"context_id": "c", "may_have_held": flag}
+        assert kept.update(AgentRun, where, {"steps": 9 if flag else 1}) == 1
+        assert kept.get(AgentRun, **where) == run
+    held.refresh_from_db()
+    clean.refresh_from_db()
+    assert (held.steps, clean.steps) == (9, 1)
