@@ -17,7 +17,7 @@ goes through the ORM, as before.
 import copy
 import logging
 
-from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
 from django.db import connections, router, transaction
 from django.db.models import Model, signals, sql
 from django.db.models.constants import LOOKUP_SEP
@@ -119,8 +119,12 @@ def _inline(value):
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, list | tuple | set | frozenset):
-        return ("many", len(value))
+        return ("many", len(_distinct(value)))  # as Django's In: each once, no NULL
     return type(value)
+
+
+def _distinct(values):
+    return dict.fromkeys(v for v in values if v is not None)
 
 
 def _queryset(model, where, exclude, db):
@@ -165,7 +169,10 @@ class _Select(_Statement):
         if unique:  # as QuerySet.get(), with a limit of 2: more than one row is an error
             queryset = queryset.order_by()[:2]
         compiler = queryset.query.get_compiler(connection=connection)
-        sql_text, params = compiler.as_sql()
+        try:
+            sql_text, params = compiler.as_sql()
+        except EmptyResultSet:  # an empty IN: Django answers without asking the database
+            return _NOT_KEPT
         klass_info = compiler.klass_info
         if compiler.annotation_col_map or klass_info.get("related_klass_infos"):
             return _NOT_KEPT
@@ -194,7 +201,10 @@ class _Update(_Statement):
         query.clear_select_clause()
         if query.related_updates or query.count_active_tables() != 1:
             return _NOT_KEPT  # Django selects the rows first, or updates other tables too
-        sql_text, params = query.get_compiler(connection=connection).as_sql()
+        try:
+            sql_text, params = query.get_compiler(connection=connection).as_sql()
+        except EmptyResultSet:
+            return _NOT_KEPT
         set_fields = [(name, model._meta.get_field(name)) for name in values]
         statement = cls(model, sql_text, sorted(where), sorted(exclude), set_fields)
         return cls.checked(statement, params, where, values, exclude, connection)
@@ -277,8 +287,7 @@ def _lookup_params(model, name, value, connection):
     if lookup in ONE_VALUE:
         return [_prep(field, value, connection)]
     if lookup == "in":
-        kept = dict.fromkeys(v for v in value if v is not None)  # as Django's In: once each
-        return [_prep(field, v, connection) for v in kept]
+        return [_prep(field, v, connection) for v in _distinct(value)]
     raise _Unknown(name)
 
 

@@ -296,3 +296,15 @@ def test_true_and_false_are_two_statements(agents):
     held.refresh_from_db()
     clean.refresh_from_db()
     assert (held.steps, clean.steps) == (9, 1)
+
+
+def test_an_in_is_shaped_by_its_distinct_values(agents):
+    run = AgentRun.objects.create(agent=agents["info"], context_id="c")
+    running = AgentRun.Status.RUNNING
+    for statuses in [(running, None), (running, running), (running, "x"), (), (None,), ("x",)]:
+        where = {"pk": run.pk, "status__in": statuses}
+        expected = AgentRun.objects.filter(**where).count()
+        assert kept.update(AgentRun, where, {"steps": 2}) == expected
+        found = kept.rows(AgentRun, **where)
+        assert found == list(AgentRun.objects.filter(**where))
+    assert expected == 0 and found == []
