@@ -66,7 +66,7 @@ def update(model, where, values, exclude=None):
     """`model.objects.filter(**where).exclude(**exclude).update(**values)`: the rows changed."""
     db = router.db_for_write(model)
     connection = connections[db]
-    key = ("update", model, _shape(where), _shape(values), _shape(exclude or {}))
+    key = ("update", model, _shape(where), _set_shape(values), _shape(exclude or {}))
     statement = _statements(connection).get(key)
     if statement is None:
         statement = _Update.compile(model, where, values, exclude or {}, connection)
@@ -110,17 +110,24 @@ def _statements(connection):
         return connection.mcplet_kept_statements
 
 
-def _shape(values):
-    """What of these values decides the SQL: their names, and what Django writes inline."""
-    return tuple((name, _inline(value)) for name, value in values.items())
+def _shape(lookups):
+    """What of these lookups decides the SQL: their names, and what Django writes inline (NULL,
+    a boolean, how many values an IN binds)."""
+    return tuple((name, _inline(name, value)) for name, value in lookups.items())
 
 
-def _inline(value):
+def _inline(name, value):
     if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, list | tuple | set | frozenset):
-        return ("many", len(_distinct(value)))  # as Django's In: each once, no NULL
+    if name.endswith(LOOKUP_SEP + "in"):
+        return ("in", len(_distinct(value)))  # as Django's In: each once, no NULL
     return type(value)
+
+
+def _set_shape(values):
+    """What of the values an UPDATE sets decides the SQL: which are NULL (`SET … = NULL`), and
+    their types (an expression is SQL of its own)."""
+    return tuple((name, None if value is None else type(value)) for name, value in values.items())
 
 
 def _distinct(values):

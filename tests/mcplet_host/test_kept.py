@@ -308,3 +308,17 @@ def test_an_in_is_shaped_by_its_distinct_values(agents):
         found = kept.rows(AgentRun, **where)
         assert found == list(AgentRun.objects.filter(**where))
     assert expected == 0 and found == []
+
+
+def test_values_set_are_shaped_by_null_and_type_not_by_content(agents):
+    """A transcript (a list of objects) is a value like any other; an expression is SQL."""
+    run = AgentRun.objects.create(agent=agents["info"], context_id="c")
+    for transcript in ([{"role": "user"}, {"role": "assistant"}], [], [{"a": [1, {"b": 2}]}]):
+        assert kept.update(AgentRun, {"pk": run.pk}, {"transcript": transcript}) == 1
+        run.refresh_from_db()
+        assert run.transcript == transcript
+    assert kept.update(AgentRun, {"pk": run.pk}, {"steps": F("steps") + 5}) == 1
+    assert kept.update(AgentRun, {"pk": run.pk}, {"steps": 1}) == 1
+    assert kept.update(AgentRun, {"pk": run.pk}, {"steps": F("steps") + 5}) == 1
+    run.refresh_from_db()
+    assert run.steps == 6
