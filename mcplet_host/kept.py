@@ -7,11 +7,11 @@ one shape of a query (the model, the lookups, the columns set): Django compiles 
 time each connection (each thread) runs it, and later calls only bind their values — with the
 fields' own conversions — and read rows with Django's converters and `from_db`.
 
-Values Django writes into the SQL itself rather than as parameters (None, True and False, the
-length of an `__in`) are part of the shape. The first call checks that binding its values gives
-Django's own parameters; a shape whose parameters Django builds in another way (an expression, a
-join an UPDATE must select through, a lookup not known here) is never kept: each of its calls
-goes through the ORM, as before.
+Values Django writes into the SQL itself rather than as parameters (None, True and False, how
+many distinct values an `__in` binds) are part of the shape, and so are the types of the values
+an UPDATE sets. The first call checks that binding its values gives Django's own parameters; a
+shape whose parameters Django builds in another way (an expression, a join an UPDATE must select
+through, a lookup not known here) is never kept: each of its calls goes through the ORM.
 """
 
 import copy
