@@ -233,18 +233,25 @@ def test_an_expired_ceremony(approver_client, authenticator, held, calls):
     assert_refused(response, 410, "expired", held, calls)
 
 
-def test_an_unknown_ceremony(approver_client, authenticator, held, calls):
+# A lone surrogate (percent-encoded), a backslash, a long token, an overlong NUL, 1e400.
+HOSTILE_TOKENS = ["no-such-token", "%ED%A0%80", "a%5Cb", "x" * 3000, "%C0%80", "1e400"]
+
+
+@pytest.mark.parametrize("token", HOSTILE_TOKENS)
+def test_an_unknown_ceremony(approver_client, authenticator, held, calls, token):
     credential = sign(approver_client, held, authenticator)
     response = approver_client.post(
-        "/passkey/ceremonies/no-such-token/assertion/",
+        f"/passkey/ceremonies/{token}/assertion/",
         credential,
         content_type="application/json",
         HTTP_ORIGIN=ORIGIN,
     )
     assert response.status_code == 404 and response.json()["reason"] == "unknown_ceremony"
+    challenge = approver_client.post(f"/passkey/ceremonies/{token}/challenge/")
+    assert challenge.status_code == 404 and challenge.json()["reason"] == "unknown_ceremony"
     held.refresh_from_db()
     assert held.status == Ceremony.Status.PENDING and calls() == []
-    assert refusals("unknown_ceremony")[0]["stage"] == "callback"
+    assert sorted(r["stage"] for r in refusals("unknown_ceremony")) == ["callback", "challenge"]
 
 
 def test_another_approvers_challenge(
@@ -264,6 +271,25 @@ def test_a_revoked_passkey(approver_client, authenticator, held, calls):
     PasskeyCredential.objects.get().revoke()
     response = post_assertion(approver_client, held, credential)
     assert_refused(response, 403, "unknown_credential", held, calls)
+
+
+@pytest.mark.parametrize(
+    ("credential_id", "reason"),
+    [
+        ("a\x00b", "malformed"),
+        ("\ud800", "malformed"),
+        ("1e400", "malformed"),
+        ("x" * 5000, "unknown_credential"),
+        ("a\\b", "unknown_credential"),
+    ],
+)
+def test_a_hostile_credential_id(
+    approver_client, authenticator, held, calls, credential_id, reason
+):
+    credential = sign(approver_client, held, authenticator)
+    credential["id"] = credential["rawId"] = credential_id
+    response = post_assertion(approver_client, held, credential)
+    assert_refused(response, 400 if reason == "malformed" else 403, reason, held, calls)
 
 
 def test_malformed_bodies(approver_client, authenticator, held, calls):
