@@ -55,10 +55,7 @@ def rows(model, **where):
 def _select(model, where, unique):
     connection = connections[router.db_for_read(model)]
     key = ("get" if unique else "rows", model, _shape(where))
-    statement = _statements(connection).get(key)
-    if statement is None:
-        statement = _Select.compile(model, where, connection, unique)
-        _statements(connection)[key] = statement
+    statement = _kept(connection, key, lambda: _Select.compile(model, where, connection, unique))
     return statement, connection
 
 
@@ -67,10 +64,9 @@ def update(model, where, values, exclude=None):
     db = router.db_for_write(model)
     connection = connections[db]
     key = ("update", model, _shape(where), _set_shape(values), _shape(exclude or {}))
-    statement = _statements(connection).get(key)
-    if statement is None:
-        statement = _Update.compile(model, where, values, exclude or {}, connection)
-        _statements(connection)[key] = statement
+    statement = _kept(
+        connection, key, lambda: _Update.compile(model, where, values, exclude or {}, connection)
+    )
     if statement is _NOT_KEPT:
         return _queryset(model, where, exclude, db).update(**values)
     with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
@@ -90,14 +86,20 @@ def create(model, **values):
         statement = _NOT_KEPT  # an expression is SQL of its own
     else:
         key = ("create", model, obj.pk is None)
-        statement = _statements(connection).get(key)
-        if statement is None:
-            statement = _statements(connection)[key] = _Insert.compile(obj, connection)
+        statement = _kept(connection, key, lambda: _Insert.compile(obj, connection))
     if statement is _NOT_KEPT:
         obj.save(force_insert=True, using=db)
     else:
         statement.insert(obj, connection, db)
     return obj
+
+
+def _kept(connection, key, compile_it):
+    """The statement of this shape on this connection, compiled at its first call."""
+    statements = _statements(connection)
+    if key not in statements:
+        statements[key] = compile_it()
+    return statements[key]
 
 
 def _statements(connection):
@@ -163,10 +165,7 @@ class _Statement:
             ours = statement.bind(where, values, exclude, connection)
         except _Unknown:
             return _NOT_KEPT
-        if [_comparable(p) for p in ours] != [_comparable(p) for p in django_params]:
-            log.debug("not kept (its parameters differ from Django's): %s", statement.sql)
-            return _NOT_KEPT
-        return statement
+        return _if_same(statement, ours, django_params)
 
 
 class _Select(_Statement):
@@ -248,10 +247,7 @@ class _Insert:
         columns = [f.get_col(meta.db_table) for f in statement.returning]
         statement.converters, statement.compiler = compiler.get_converters(columns), compiler
         ours = [f.get_db_prep_save(getattr(probe, f.attname), connection) for f in statement.fields]
-        if [_comparable(p) for p in ours] != [_comparable(p) for p in params]:
-            log.debug("not kept (its parameters differ from Django's): %s", statement.sql)
-            return _NOT_KEPT
-        return statement
+        return _if_same(statement, ours, params)
 
     def insert(self, obj, connection, db):
         model = obj.__class__
@@ -319,6 +315,14 @@ def _field_and_lookup(model, name):
 
 def _target(field):
     return field.target_field if field.is_relation else field
+
+
+def _if_same(statement, ours, django_params):
+    """The statement if its binding gave Django's own parameters, else never kept."""
+    if [_comparable(p) for p in ours] == [_comparable(p) for p in django_params]:
+        return statement
+    log.debug("not kept (its parameters differ from Django's): %s", statement.sql)
+    return _NOT_KEPT
 
 
 def _comparable(param):
