@@ -6,7 +6,7 @@ into the broker, or edited on its way — its body or its provenance — is refu
 
 import hmac
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -134,21 +134,19 @@ def refuse(message_id, row, reason, code="X_REFUSED"):
 def respond(request, status, *, result=None, error=None):
     """The one task response to `request` (a second answer returns the first)."""
     body = messages.task_response(request.body, status, result=result, error=error)
-    try:
-        with transaction.atomic():
-            response = kept.create(
-                A2AMessage,
-                message_id=body["messageId"],
-                context_id=body["contextId"],
-                type=A2AMessage.Type.TASK_RESPONSE,
-                sender_id=body["senderId"],
-                recipient_id=body["recipientId"],
-                reply_to=request.message_id,
-                body=body,
-                status=status,
-                external=request.external,
-            )
-    except IntegrityError:
+    response = kept.create_unless_taken(
+        A2AMessage,
+        message_id=body["messageId"],
+        context_id=body["contextId"],
+        type=A2AMessage.Type.TASK_RESPONSE,
+        sender_id=body["senderId"],
+        recipient_id=body["recipientId"],
+        reply_to=request.message_id,
+        body=body,
+        status=status,
+        external=request.external,
+    )
+    if response is None:  # answered already (one response per request: a unique constraint)
         return A2AMessage.objects.get(
             reply_to=request.message_id, type=A2AMessage.Type.TASK_RESPONSE
         )

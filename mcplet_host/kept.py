@@ -18,9 +18,9 @@ import copy
 import logging
 
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
-from django.db import connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Model, signals, sql
-from django.db.models.constants import LOOKUP_SEP
+from django.db.models.constants import LOOKUP_SEP, OnConflict
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,16 @@ def update(model, where, values, exclude=None):
 def create(model, **values):
     """`model.objects.create(**values)` for a model of one table (no parents), with the
     pre_save and post_save signals Django sends."""
+    return _create(model, values, None)
+
+
+def create_unless_taken(model, **values):
+    """As `create`, but None when a unique constraint holds these values already (INSERT … ON
+    CONFLICT DO NOTHING): no error, so no savepoint around it in a transaction."""
+    return _create(model, values, OnConflict.IGNORE)
+
+
+def _create(model, values, on_conflict):
     obj = model(**values)
     if obj.pk is None:  # as Model.save(): a primary key's default, if it has one
         obj.pk = obj._meta.pk.get_pk_value_on_save(obj)
@@ -85,12 +95,18 @@ def create(model, **values):
     if any(hasattr(v, "resolve_expression") for v in values.values()):
         statement = _NOT_KEPT  # an expression is SQL of its own
     else:
-        key = ("create", model, obj.pk is None)
-        statement = _kept(connection, key, lambda: _Insert.compile(obj, connection))
-    if statement is _NOT_KEPT:
+        key = ("create", model, obj.pk is None, on_conflict)
+        statement = _kept(connection, key, lambda: _Insert.compile(obj, connection, on_conflict))
+    if statement is not _NOT_KEPT:
+        return obj if statement.insert(obj, connection, db) else None
+    if on_conflict is None:
         obj.save(force_insert=True, using=db)
-    else:
-        statement.insert(obj, connection, db)
+        return obj
+    try:
+        with transaction.atomic(using=db):
+            obj.save(force_insert=True, using=db)
+    except IntegrityError:
+        return None
     return obj
 
 
@@ -221,7 +237,7 @@ class _Insert:
     set), the fields' pre_save (auto_now_add), the columns the database returns."""
 
     @classmethod
-    def compile(cls, obj, connection):
+    def compile(cls, obj, connection, on_conflict):
         meta = obj._meta
         if meta.parents or meta.proxy or meta.order_with_respect_to:
             return _NOT_KEPT
@@ -238,7 +254,7 @@ class _Insert:
         ]
         statement.returning = meta.db_returning_fields
         probe = copy.copy(obj)  # Django's compiler runs the fields' pre_save on it
-        query = sql.InsertQuery(obj.__class__)
+        query = sql.InsertQuery(obj.__class__, on_conflict=on_conflict)
         query.insert_values(statement.fields, [probe])
         compiler = query.get_compiler(connection=connection)
         compiler.returning_fields = statement.returning
@@ -250,6 +266,7 @@ class _Insert:
         return _if_same(statement, ours, params)
 
     def insert(self, obj, connection, db):
+        """Insert `obj`: False if ON CONFLICT DO NOTHING left the row out."""
         model = obj.__class__
         obj._prepare_related_fields_for_save(operation_name="save")
         signals.pre_save.send(sender=model, instance=obj, raw=False, using=db, update_fields=None)
@@ -258,7 +275,11 @@ class _Insert:
             cursor.execute(self.sql, params)
             if self.returning:
                 row = connection.ops.fetch_returned_insert_columns(cursor, self.returning_params)
+            elif cursor.rowcount == 0:
+                return False
         if self.returning:
+            if row is None:
+                return False
             if self.converters:
                 [row] = self.compiler.apply_converters([row], self.converters)
             for value, field in zip(row, self.returning, strict=True):
@@ -267,6 +288,7 @@ class _Insert:
         signals.post_save.send(
             sender=model, instance=obj, created=True, update_fields=None, raw=False, using=db
         )
+        return True
 
 
 class _Unknown(Exception):

@@ -247,6 +247,36 @@ def test_a_kept_create_refuses_a_duplicate_as_the_orm_does():
     assert A2AMessage.objects.filter(message_id=first.message_id).count() == 1
 
 
+def test_create_unless_taken_leaves_a_taken_row_out_and_the_transaction_goes_on():
+    heard = []
+
+    def receiver(sender, instance, created, **kwargs):
+        heard.append(instance.message_id)
+
+    first = message()
+    fields = {"context_id": uuid.uuid4(), "type": A2AMessage.Type.TASK_REQUEST, "body": {}}
+    signals.post_save.connect(receiver, sender=A2AMessage)
+    try:
+        with transaction.atomic():
+            taken, queries = sent(
+                kept.create_unless_taken, A2AMessage, message_id=first.message_id, **fields
+            )
+            fresh = kept.create_unless_taken(A2AMessage, message_id=uuid.uuid4(), **fields)
+            # An expression goes through the ORM, in a savepoint of its own.
+            also_taken = kept.create_unless_taken(
+                A2AMessage, message_id=first.message_id, signature=Upper(Value("x")), **fields
+            )
+            A2AMessage.objects.filter(pk=first.pk).update(signature="still here")
+    finally:
+        signals.post_save.disconnect(receiver, sender=A2AMessage)
+    assert taken is None and also_taken is None
+    assert [q.split()[0] for q in queries] == ["INSERT"]  # no savepoint around it
+    assert isinstance(fresh.pk, int) and heard == [fresh.message_id]
+    assert A2AMessage.objects.get(pk=first.pk).signature == "still here"
+    assert A2AMessage.objects.filter(message_id=first.message_id).count() == 1
+    assert A2AMessage.objects.get(pk=fresh.pk).message_id == fresh.message_id
+
+
 def test_a_create_with_an_expression_goes_through_the_orm():
     row = kept.create(
         A2AMessage,
