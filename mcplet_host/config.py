@@ -1,5 +1,6 @@
 """Typed access to the environment. Every error names the variable it is about."""
 
+import functools
 import os
 from urllib.parse import parse_qs, urlparse
 
@@ -103,6 +104,7 @@ def env_database(name, default):
     return config
 
 
+@functools.cache  # every audited trace's announcement names its channel with it
 def redis_db(url):
     """The database a redis:// URL names, as redis-py reads it (`?db=`, else the path, else 0),
     without importing redis-py (whose import loads its asyncio client: a slower start-up)."""
