@@ -121,9 +121,13 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # A kept connection is checked before its first use in each request or task: one the
     # server dropped (a restart, pg_terminate_backend) is replaced, not used to fail the task.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    # Values travel apart from the SQL (no quoting in Python), and psycopg prepares a statement
-    # the fifth time a connection runs it: PostgreSQL then neither parses nor plans it again.
-    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+    # Values travel apart from the SQL (not quoted into it in Python), and psycopg prepares a
+    # statement the Nth time a connection runs it: PostgreSQL then neither parses nor plans it
+    # again (bench/binding.py). 0: never, for a pooling proxy that cannot keep them.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True,
+        prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0) or None,
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

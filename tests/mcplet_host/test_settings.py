@@ -133,6 +133,15 @@ def test_a_pool_on_postgresql_only():
     assert setting(options, DB_POOL_MAX_SIZE="4", DATABASE_URL="sqlite:///var/x.sqlite3") == "None"
 
 
+def test_postgresql_binds_on_the_server_and_prepares_what_repeats():
+    pg = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/mcplet_host"}
+    options = "DATABASES['default'].get('OPTIONS', {})"
+    assert setting(options, **pg) == "{'server_side_binding': True, 'prepare_threshold': 5}"
+    never = setting(options, DB_PREPARE_THRESHOLD="0", **pg)
+    assert never == "{'server_side_binding': True, 'prepare_threshold': None}"
+    assert "prepare" not in setting(options, DATABASE_URL="sqlite:///var/x.sqlite3")
+
+
 @pytest.mark.parametrize(
     "url",
     [
