@@ -82,7 +82,8 @@ def create(model, **values):
 
 def create_unless_taken(model, **values):
     """As `create`, but None when a unique constraint holds these values already (INSERT … ON
-    CONFLICT DO NOTHING): no error, so no savepoint around it in a transaction."""
+    CONFLICT DO NOTHING): no error, so no savepoint around it in a transaction. (SQLite's
+    INSERT OR IGNORE also leaves out a row that breaks NOT NULL or CHECK: None then too.)"""
     return _create(model, values, OnConflict.IGNORE)
 
 
