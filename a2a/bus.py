@@ -31,6 +31,17 @@ def _signed(body, provenance):
     return {"message": body, "provenance": provenance}
 
 
+def _columns(body):
+    """The columns a §18 message's own fields fill (a request's and a response's alike)."""
+    return {
+        "message_id": body["messageId"],
+        "context_id": body["contextId"],
+        "sender_id": body["senderId"],
+        "recipient_id": body["recipientId"],
+        "body": body,
+    }
+
+
 def post(message, authority, *, external=False):
     """Persist and sign a task request acting with `authority`, then hand it to a worker
     (after the commit)."""
@@ -38,12 +49,8 @@ def post(message, authority, *, external=False):
     provenance = authority.to_json()
     row = kept.create(
         A2AMessage,
-        message_id=message["messageId"],
-        context_id=message["contextId"],
+        **_columns(message),
         type=A2AMessage.Type.TASK_REQUEST,
-        sender_id=message["senderId"],
-        recipient_id=message["recipientId"],
-        body=message,
         external=external,
         provenance=provenance,
         signature=messages.sign(_signed(message, provenance), signing_key()),
@@ -136,13 +143,9 @@ def respond(request, status, *, result=None, error=None):
     body = messages.task_response(request.body, status, result=result, error=error)
     response = kept.create_unless_taken(
         A2AMessage,
-        message_id=body["messageId"],
-        context_id=body["contextId"],
+        **_columns(body),
         type=A2AMessage.Type.TASK_RESPONSE,
-        sender_id=body["senderId"],
-        recipient_id=body["recipientId"],
         reply_to=request.message_id,
-        body=body,
         status=status,
         external=request.external,
     )

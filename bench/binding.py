@@ -28,6 +28,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for bench.common
 
 from bench import bus as bus_bench
+from bench import common
 from bench.bus_pieces import ECHO, SENDER
 
 WARM = 10
@@ -59,7 +60,7 @@ def main(argv=None):
     from a2a import bus
     from agents.tasks import deliver
 
-    print(f"database: {bus_bench.common.describe_database()}")
+    print(f"database: {common.describe_database()}")
     with mock.patch.object(bus, "enqueue"):  # delivered here, not by a worker
         count = (args.block + WARM) * args.rounds * 2
         todo = iter([bus.send_task(SENDER, ECHO, {"i": i}) for i in range(count)])
