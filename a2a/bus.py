@@ -158,14 +158,15 @@ def respond(request, status, *, result=None, error=None):
     return response
 
 
-def mark_delivered(row):
-    """True for the one delivery that marks the request delivered: a concurrent copy waits on
-    the row until its transaction ends, then finds it marked."""
+def deliver_once(row, model, **values):
+    """Mark the request delivered and create `model(**values)` (its run) with the mark, in one
+    statement: the row for the one delivery that marks it, None for any other. A concurrent copy
+    waits on the request's row until the first commits, then finds it marked."""
     now = timezone.now()
     queued = {"pk": row.pk, "state": A2AMessage.State.QUEUED}
     delivered = {"state": A2AMessage.State.DELIVERED, "delivered_at": now}
-    if not kept.update(A2AMessage, queued, delivered):
-        return False
-    row.state, row.delivered_at = A2AMessage.State.DELIVERED, now
-    metrics.bus_message("delivered")  # once, however often a delivery is redelivered
-    return True
+    created = kept.create_if_updated(kept.Guard(A2AMessage, queued, delivered), model, **values)
+    if created is not None:
+        row.state, row.delivered_at = A2AMessage.State.DELIVERED, now
+        metrics.bus_message("delivered")  # once, however often a delivery is redelivered
+    return created

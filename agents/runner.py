@@ -36,12 +36,13 @@ OUTPUT_RETRIES = 1  # an answer that breaks the output schema is retried once, w
 
 
 def start(request, agent):
-    """The run of a task request, created in the transaction of the delivery that marked the
-    request delivered (bus.mark_delivered), so no other delivery made one. It acts with the
-    request's signed provenance, and nothing else, and is leased to this worker: a worker killed
-    before its first step leaves a lease that expires, and `recover` takes the run up then."""
+    """The run of a task request, created with the delivery's mark (bus.deliver_once): None if
+    another delivery marked the request first. It acts with the request's signed provenance,
+    and nothing else, and is leased to this worker: a worker killed before its first step
+    leaves a lease that expires, and `recover` takes the run up then."""
     now = timezone.now()
-    return kept.create(
+    return bus.deliver_once(
+        request,
         AgentRun,
         request=request,
         agent=agent,

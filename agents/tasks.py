@@ -5,7 +5,6 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from a2a import bus
@@ -37,8 +36,7 @@ def deliver(message_id, signature):
     if reason:
         bus.refuse(message_id, request, reason, code)
         return
-    with transaction.atomic():  # one commit for the request's new state and its run
-        run = runner.start(request, recipient) if bus.mark_delivered(request) else None
+    run = runner.start(request, recipient)  # None: another delivery marked the request first
     if run is not None:
         runner.advance_started(run)
     elif run_id := AgentRun.objects.filter(request=request).values_list("pk", flat=True).first():

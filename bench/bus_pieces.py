@@ -31,7 +31,6 @@ class Breakdown:
         targets = [
             ("authenticate", bus, "authenticate"),
             ("start", runner, "start"),
-            ("mark_delivered", bus, "mark_delivered"),
             ("advance", runner, "advance_started"),
             ("claim", AgentRun, "claim"),
             ("release", AgentRun, "release"),
@@ -235,15 +234,12 @@ def print_breakdown(breakdown, title):
     deliver = get("deliver")
     finish_rest = get("finish") - get("respond") - get("audit") - get("post")
     advance_rest = get("advance") - get("claim") - get("release") - get("finish")
-    deliver_rest = (
-        deliver - get("authenticate") - get("start") - get("mark_delivered") - get("advance")
-    )
+    deliver_rest = deliver - get("authenticate") - get("start") - get("advance")
     tree = [
         ("agents.deliver, whole", deliver),
         ("  bus.authenticate (SELECT request, verify signature)", get("authenticate")),
         ("  sender + recipient look-up (1 SELECT), rest of deliver", deliver_rest),
-        ("  runner.start (INSERT AgentRun, leased to this worker)", get("start")),
-        ("  bus.mark_delivered (UPDATE, in start's transaction)", get("mark_delivered")),
+        ("  runner.start (request marked delivered + run INSERT: one statement)", get("start")),
         ("  runner.advance_started", get("advance")),
         ("    AgentRun.claim (UPDATE lease; a redelivery's only)", get("claim")),
         ("    runner.finish (from the Echo handler)", get("finish")),

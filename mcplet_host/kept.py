@@ -16,6 +16,7 @@ through, a lookup not known here) is never kept: each of its calls goes through 
 
 import copy
 import logging
+from typing import NamedTuple
 
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
 from django.db import IntegrityError, connections, router, transaction
@@ -87,13 +88,53 @@ def create_unless_taken(model, **values):
     return _create(model, values, OnConflict.IGNORE)
 
 
-def _create(model, values, on_conflict):
+class Guard(NamedTuple):
+    """The UPDATE a `create_if_updated` depends on: `model.objects.filter(**where)
+    .update(**values)` of one row at most (where names its key)."""
+
+    model: type
+    where: dict
+    values: dict
+
+
+def create_if_updated(guard, model, **values):
+    """`model(**values)`, created only if the `guard` UPDATE changed its row (else None), as
+    one statement on PostgreSQL: `WITH guard AS (UPDATE … RETURNING 1) INSERT … SELECT … FROM
+    guard`, its own transaction outside one — a round trip, where BEGIN, UPDATE, INSERT and
+    COMMIT took four. A concurrent copy waits on the guard's row, then finds it changed."""
+    obj = _new(model, values)
+    db = router.db_for_write(model, instance=obj)
+    connection = connections[db]
+    statement = _NOT_KEPT
+    if connection.vendor == "postgresql" and not _expressions(values, guard.values):
+        key = ("create_if", model, obj.pk is None, guard.model, _shape(guard.where))
+        key += (_set_shape(guard.values),)
+        statement = _kept(connection, key, lambda: _Insert.guarded(guard, obj, connection))
+    if statement is not _NOT_KEPT:
+        return obj if statement.insert(obj, connection, db, guard) else None
+    with transaction.atomic(using=db):
+        if not update(guard.model, guard.where, guard.values):
+            return None
+        return _create(model, values, None, obj)
+
+
+def _new(model, values):
     obj = model(**values)
     if obj.pk is None:  # as Model.save(): a primary key's default, if it has one
         obj.pk = obj._meta.pk.get_pk_value_on_save(obj)
+    return obj
+
+
+def _expressions(*values):
+    return any(hasattr(v, "resolve_expression") for each in values for v in each.values())
+
+
+def _create(model, values, on_conflict, obj=None):
+    if obj is None:
+        obj = _new(model, values)
     db = router.db_for_write(model, instance=obj)
     connection = connections[db]
-    if any(hasattr(v, "resolve_expression") for v in values.values()):
+    if _expressions(values):
         statement = _NOT_KEPT  # an expression is SQL of its own
     else:
         key = ("create", model, obj.pk is None, on_conflict)
@@ -263,15 +304,39 @@ class _Insert:
         statement.returning_params = compiler.returning_params
         columns = [f.get_col(meta.db_table) for f in statement.returning]
         statement.converters, statement.compiler = compiler.get_converters(columns), compiler
+        statement.guard = None
         ours = [f.get_db_prep_save(getattr(probe, f.attname), connection) for f in statement.fields]
         return _if_same(statement, ours, params)
 
-    def insert(self, obj, connection, db):
-        """Insert `obj`: False if ON CONFLICT DO NOTHING left the row out."""
+    @classmethod
+    def guarded(cls, guard, obj, connection):
+        """The INSERT of `obj` as the SELECT of its values from the guard's UPDATE's rows (none
+        if it changed none): an INSERT's SELECT gives its values the columns' own types."""
+        statement = cls.compile(obj, connection, None)
+        update = _Update.compile(guard.model, guard.where, guard.values, {}, connection)
+        if _NOT_KEPT in (statement, update):
+            return _NOT_KEPT
+        head, values_clause, rest = statement.sql.partition(" VALUES (")
+        depth, end = 1, 0
+        while depth and end < len(rest):
+            depth += {"(": 1, ")": -1}.get(rest[end], 0)
+            end += 1
+        if not values_clause or depth:
+            return _NOT_KEPT
+        guarded = f"WITH guard AS ({update.sql} RETURNING 1) {head} SELECT {rest[: end - 1]}"
+        statement.sql = f"{guarded} FROM guard{rest[end:]}"  # noqa: S608 (Django's own SQL)
+        statement.guard = update
+        return statement
+
+    def insert(self, obj, connection, db, guard=None):
+        """Insert `obj`: False if ON CONFLICT DO NOTHING, or a guard that changed no row, left
+        the row out."""
         model = obj.__class__
         obj._prepare_related_fields_for_save(operation_name="save")
         signals.pre_save.send(sender=model, instance=obj, raw=False, using=db, update_fields=None)
         params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
+        if self.guard is not None:
+            params = self.guard.bind(guard.where, guard.values, {}, connection) + params
         with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
             cursor.execute(self.sql, params)
             if self.returning:

@@ -133,6 +133,7 @@ def test_a_redelivered_run_follows_the_remote_task_it_already_sent(peer, registr
     oracle.save()
     request = bus.send_task("director", "weather-oracle", {"n": 1})
     A2AMessage.objects.filter(reply_to=request.message_id).delete()
+    A2AMessage.objects.filter(pk=request.pk).update(state=A2AMessage.State.QUEUED)
     message = {
         "messageId": "earlier",
         "contextId": str(request.context_id),

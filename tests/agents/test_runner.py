@@ -354,3 +354,31 @@ def test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing(registry, di
     assert response_to(request)["status"] == "cancelled"
     assert A2AMessage.objects.filter(reply_to=request.message_id).count() == 1
     assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
+
+
+def test_two_deliveries_at_once_start_one_run(registry, director):
+    """The request marked delivered and its run created in one statement: a second delivery
+    on its own connection waits on the request's row the first holds, then finds it marked."""
+    app.conf.task_always_eager = False
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    copy = A2AMessage.objects.get(pk=request.pk)
+    started = {}
+
+    def second():
+        try:
+            started["second"] = runner.start(copy, registry["info"])
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=second)
+    with transaction.atomic():
+        run = runner.start(request, registry["info"])
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive() or connection.vendor != "postgresql"  # waiting for the first
+    thread.join(30)
+
+    assert run is not None and started == {"second": None}
+    assert list(AgentRun.objects.filter(request=request).values_list("pk", flat=True)) == [run.pk]
+    assert A2AMessage.objects.get(pk=request.pk).state == A2AMessage.State.DELIVERED
+    assert request.state == A2AMessage.State.DELIVERED and copy.state == A2AMessage.State.QUEUED

@@ -277,6 +277,50 @@ def test_create_unless_taken_leaves_a_taken_row_out_and_the_transaction_goes_on(
     assert A2AMessage.objects.get(pk=fresh.pk).message_id == fresh.message_id
 
 
+def test_create_if_updated_creates_the_row_only_with_its_guards_change(agents):
+    request = message()
+    queued = {"pk": request.pk, "state": A2AMessage.State.QUEUED}
+    now = timezone.now()
+    guard = kept.Guard(A2AMessage, queued, {"state": "delivered", "delivered_at": now})
+    values = {
+        "agent": agents["info"],
+        "request": request,
+        "context_id": "c\u2603",
+        "provenance": {"chain": ["director"]},
+        "transcript": [{"role": "user", "content": "café"}],
+        "lease_owner": "w1",
+        "lease_until": now + timedelta(seconds=30),
+    }
+    run, queries = sent(kept.create_if_updated, guard, AgentRun, **values)
+    again, queries_again = sent(kept.create_if_updated, guard, AgentRun, **values)
+
+    assert again is None and AgentRun.objects.count() == 1
+    read = AgentRun.objects.get(pk=run.pk)
+    orms = AgentRun.objects.create(**{**values, "request": None})
+    for field in AgentRun._meta.concrete_fields:
+        if field.attname not in ("id", "request_id", "started_at", "updated_at"):
+            assert getattr(read, field.attname) == getattr(orms, field.attname), field
+    assert read.request_id == request.pk and read.started_at == run.started_at
+    request.refresh_from_db()
+    assert (request.state, request.delivered_at) == ("delivered", now)
+    if connections["default"].vendor == "postgresql":  # one statement, its own transaction
+        assert [q.split()[:3] for q in queries + queries_again] == [["WITH", "guard", "AS"]] * 2
+    else:  # the UPDATE, then the INSERT, in one transaction
+        assert [q.split()[0] for q in queries] == ["SAVEPOINT", "UPDATE", "INSERT", "RELEASE"]
+        assert [q.split()[0] for q in queries_again] == ["SAVEPOINT", "UPDATE", "RELEASE"]
+
+
+def test_a_guarded_create_that_fails_leaves_the_guards_row_as_it_was(agents):
+    request = message()
+    taken = AgentRun.objects.create(agent=agents["info"], request=request, context_id="c")
+    guard = kept.Guard(A2AMessage, {"pk": request.pk}, {"state": "delivered"})
+    with pytest.raises(IntegrityError), transaction.atomic():
+        kept.create_if_updated(guard, AgentRun, pk=taken.pk, agent=agents["plan"], context_id="d")
+    request.refresh_from_db()
+    assert request.state == A2AMessage.State.QUEUED
+    assert AgentRun.objects.get().agent == agents["info"]
+
+
 def test_a_create_with_an_expression_goes_through_the_orm():
     row = kept.create(
         A2AMessage,
