@@ -60,7 +60,7 @@ def lookup_agent(agent_id):
 
 def commits(statements):
     """Transactions committed by a list of SQL statements run in autocommit mode: each explicit
-    BEGIN … COMMIT, and each write outside one."""
+    BEGIN … COMMIT, and each write outside one (a WITH here writes: kept.create_if_updated)."""
     count, inside = 0, False
     for sql in statements:
         word = sql.split(None, 1)[0].upper()
@@ -68,7 +68,7 @@ def commits(statements):
             inside = True
         elif word == "COMMIT":
             count, inside = count + 1, False
-        elif word in ("INSERT", "UPDATE", "DELETE") and not inside:
+        elif word in ("INSERT", "UPDATE", "DELETE", "WITH") and not inside:
             count += 1
     return count
 
