@@ -72,6 +72,19 @@ def test_an_agent_disabled_after_a_delivery_is_refused_at_the_next(agents, calls
     assert AgentRun.objects.count() == 1 and len(calls()) == 1
 
 
+def test_a_refused_request_delivered_again_once_it_would_pass_runs_nothing(agents, calls):
+    """Refused (its recipient disabled), then delivered again from the broker after the
+    recipient is enabled: only a queued request is marked delivered and given a run."""
+    request = bus.send_task("planning-agent", "info-gathering-agent", {"store": "shinjuku"})
+    Agent.objects.filter(agent_id="info-gathering-agent").update(enabled=False)
+    deliver(str(request.message_id), request.signature)
+    refused("the recipient 'info-gathering-agent' is disabled")
+    Agent.objects.filter(agent_id="info-gathering-agent").update(enabled=True)
+    deliver(str(request.message_id), request.signature)
+    assert not AgentRun.objects.exists() and calls() == []
+    assert A2AMessage.objects.get(pk=request.pk).state == A2AMessage.State.REFUSED
+
+
 def test_a_message_forged_into_the_broker(agents, calls):
     deliver(str(uuid.uuid4()), "0" * 64)
     refused("no such message was sent on this host's bus")
