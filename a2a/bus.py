@@ -13,7 +13,7 @@ from django.utils.crypto import salted_hmac
 from a2a import messages
 from a2a.models import A2AMessage
 from a2a.schemas import validate
-from mcplet_host import audit, kept, metrics
+from mcplet_host import audit, guarded, kept, metrics
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 
@@ -138,17 +138,22 @@ def refuse(message_id, row, reason, code="X_REFUSED"):
         respond(row, "error", error={"message": f"Refused: {reason}.", "code": code})
 
 
+def response_values(request, status, *, result=None, error=None):
+    """The row of the task response to `request`: one per request (a unique constraint)."""
+    body = messages.task_response(request.body, status, result=result, error=error)
+    return {
+        **_columns(body),
+        "type": A2AMessage.Type.TASK_RESPONSE,
+        "reply_to": request.message_id,
+        "status": status,
+        "external": request.external,
+    }
+
+
 def respond(request, status, *, result=None, error=None):
     """The one task response to `request` (a second answer returns the first)."""
-    body = messages.task_response(request.body, status, result=result, error=error)
-    response = kept.create_unless_taken(
-        A2AMessage,
-        **_columns(body),
-        type=A2AMessage.Type.TASK_RESPONSE,
-        reply_to=request.message_id,
-        status=status,
-        external=request.external,
-    )
+    values = response_values(request, status, result=result, error=error)
+    response = kept.create_unless_taken(A2AMessage, **values)
     if response is None:  # answered already (one response per request: a unique constraint)
         return A2AMessage.objects.get(
             reply_to=request.message_id, type=A2AMessage.Type.TASK_RESPONSE
@@ -164,8 +169,10 @@ def deliver_once(row, model, **values):
     waits on the request's row until the first commits, then finds it marked."""
     now = timezone.now()
     queued = {"pk": row.pk, "state": A2AMessage.State.QUEUED}
-    delivered = {"state": A2AMessage.State.DELIVERED, "delivered_at": now}
-    created = kept.create_if_updated(kept.Guard(A2AMessage, queued, delivered), model, **values)
+    delivered = guarded.Guard(
+        A2AMessage, queued, {"state": A2AMessage.State.DELIVERED, "delivered_at": now}
+    )
+    created = guarded.create_if_updated(delivered, model, **values)
     if created is not None:
         row.state, row.delivered_at = A2AMessage.State.DELIVERED, now
         metrics.bus_message("delivered")  # once, however often a delivery is redelivered

@@ -457,24 +457,25 @@ class AgentRun(models.Model):
     def end(self, status, *, result=None, error=None):
         """Save the run as ended, with all it holds unsaved, unless it had ended already: an
         operator's cancel and a worker's finish may race, and whichever commits first stands.
-        One conditional UPDATE of every column: the loser waits on the row lock the winner's
-        UPDATE took, then finds the row ended and changes nothing. False then, and the run is
-        read again as it stands."""
-        self.status, self.finished_at = status, timezone.now()
-        if result is not None:
-            self.result = result
-        self.error = error
-        self.lease_until, self.lease_owner = None, ""  # an ended run is nobody's to advance
-        values = {
-            field.attname: field.pre_save(self, False)
-            for field in self._meta.concrete_fields
-            if not field.primary_key
-        }
+        One conditional UPDATE of every column (`ending`): the loser waits on the row lock the
+        winner's UPDATE took, then finds the row ended and changes nothing. False then, and the
+        run is read again as it stands."""
+        values = self.ending(status, result=result, error=error)
         if kept.update(AgentRun, {"pk": self.pk}, values, exclude={"status__in": self.FINAL}):
             signals.saved(self)  # the dashboard's live view hears this save too
             return True
         self.refresh_from_db()
         return False
+
+    def ending(self, status, *, result=None, error=None):
+        """The run as ended, unsaved: every column's value, for `end`'s conditional UPDATE."""
+        self.status, self.finished_at = status, timezone.now()
+        if result is not None:
+            self.result = result
+        self.error = error
+        self.lease_until, self.lease_owner = None, ""  # an ended run is nobody's to advance
+        fields = self._meta.concrete_fields
+        return {f.attname: f.pre_save(self, False) for f in fields if not f.primary_key}
 
     def may_hold(self):
         """Say, committed, that the run may hold something for a person, before the gateway can:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from a2a import bus
-from agents import llm, remote, transcript
+from agents import ending, llm, remote, transcript
 from agents.models import AgentRun
 from agents.toolset import Toolset
 from held.kinds import result as held_result
@@ -437,6 +437,8 @@ def finish(run, status, *, result=None, error=None):
     hand-off, in one transaction (one commit; what they publish goes out after it). An operator
     may cancel a run while a worker still advances it; whichever ends it first stands, and the
     other end changes nothing (returns False)."""
+    if (ended := ending.in_one_statement(run, status, result, error)) is not None:
+        return ended
     with transaction.atomic():
         if not run.end(status, result=result, error=error):
             return False
@@ -449,24 +451,8 @@ def finish(run, status, *, result=None, error=None):
                 result=run.result if status != "error" else None,
                 error=error if status != "success" else None,
             )
-        audit.record(
-            "agent.run.finished",
-            actor_type=audit.ActorType.AGENT,
-            actor_id=run.agent.agent_id,
-            result=audit.SUCCESS if status == AgentRun.Status.SUCCESS else audit.FAILURE,
-            trace_id=run.context_id,
-            details={
-                "run": str(run.pk),
-                "status": status,
-                "steps": run.steps,
-                "tokens": run.total_tokens,
-                **run.authority.audit_details(),
-                **({"error": error} if error else {}),
-            },
-        )
-        # As read with the run's agent; its delivery checks it against the registry as it is then.
-        target = run.agent.hands_off_to
-        if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
+        audit.record_many([ending.finished_event(run, status, error)])
+        if (target := ending.hands_off(run, status)) is not None:
             bus.send_task(
                 run.agent.agent_id,
                 target.agent_id,

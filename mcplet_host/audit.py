@@ -59,21 +59,28 @@ def record_many(events):
     holds it longer; elsewhere in a transaction of its own."""
     if not events:
         return []
-    now = timezone.now()
-    for item in events:
-        item.timestamp = now
-    if connection.vendor == "postgresql":
-        _append_in_one_statement(events)
-    else:
+    if connection.vendor != "postgresql":
+        _stamped(events)
         _append(events)
-    metrics.audited(events)
-    transaction.on_commit(
-        lambda: audit_recorded.send(sender=AuditEvent, events=events), robust=True
-    )
+        _recorded(events)
+        return events
+    argument = in_statement(events)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT new_id, new_seq, new_prev, new_hash FROM mcplet_audit_append(%s::jsonb)",
+            [argument],
+        )
+        appended(events, cursor.fetchall())
     return events
 
 
-def _append_in_one_statement(events):
+APPEND = "mcplet_audit_append"  # returns new_id, new_seq, new_prev, new_hash
+
+
+def in_statement(events):
+    """The argument of `APPEND` for `events`, for a statement of the caller's on PostgreSQL
+    (mcplet_host.guarded); `appended` then takes the rows it returned."""
+    _stamped(events)
     payload = [
         {
             "timestamp": item.timestamp.isoformat(),
@@ -82,14 +89,28 @@ def _append_in_one_statement(events):
         }
         for item in events
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT new_id, new_seq, new_prev, new_hash FROM mcplet_audit_append(%s::jsonb)",
-            [json.dumps(payload, cls=DjangoJSONEncoder)],
-        )
-        for item, row in zip(events, cursor.fetchall(), strict=True):
-            item.pk, item.seq, item.prev_hash, item.hash = row
-            item._state.adding, item._state.db = False, connection.alias
+    return json.dumps(payload, cls=DjangoJSONEncoder)
+
+
+def appended(events, rows):
+    """`events` as `APPEND` returned them (`rows`): their ids and hashes."""
+    for item, row in zip(events, rows, strict=True):
+        item.pk, item.seq, item.prev_hash, item.hash = row
+        item._state.adding, item._state.db = False, connection.alias
+    _recorded(events)
+
+
+def _stamped(events):
+    now = timezone.now()
+    for item in events:
+        item.timestamp = now
+
+
+def _recorded(events):
+    metrics.audited(events)
+    transaction.on_commit(
+        lambda: audit_recorded.send(sender=AuditEvent, events=events), robust=True
+    )
 
 
 COLUMNS = (

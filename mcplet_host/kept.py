@@ -16,7 +16,6 @@ through, a lookup not known here) is never kept: each of its calls goes through 
 
 import copy
 import logging
-from typing import NamedTuple
 
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
 from django.db import IntegrityError, connections, router, transaction
@@ -26,13 +25,13 @@ from django.db.models.constants import LOOKUP_SEP, OnConflict
 log = logging.getLogger(__name__)
 
 ONE_VALUE = {"exact", "gt", "gte", "lt", "lte"}
-_NOT_KEPT = object()
+NOT_KEPT = object()
 
 
 def get(model, **where):
     """`model.objects.get(**where)` for lookups of a unique key (at most one row)."""
     statement, connection = _select(model, where, unique=True)
-    if statement is _NOT_KEPT:
+    if statement is NOT_KEPT:
         return model._default_manager.db_manager(connection.alias).get(**where)
     found = statement.rows(where, connection)
     if not found:
@@ -48,7 +47,7 @@ def get(model, **where):
 def rows(model, **where):
     """`list(model.objects.filter(**where))`, in the model's own order."""
     statement, connection = _select(model, where, unique=False)
-    if statement is _NOT_KEPT:
+    if statement is NOT_KEPT:
         return list(model._default_manager.db_manager(connection.alias).filter(**where))
     return statement.rows(where, connection)
 
@@ -56,7 +55,7 @@ def rows(model, **where):
 def _select(model, where, unique):
     connection = connections[router.db_for_read(model)]
     key = ("get" if unique else "rows", model, _shape(where))
-    statement = _kept(connection, key, lambda: _Select.compile(model, where, connection, unique))
+    statement = compiled(connection, key, lambda: _Select.compile(model, where, connection, unique))
     return statement, connection
 
 
@@ -64,15 +63,30 @@ def update(model, where, values, exclude=None):
     """`model.objects.filter(**where).exclude(**exclude).update(**values)`: the rows changed."""
     db = router.db_for_write(model)
     connection = connections[db]
-    key = ("update", model, _shape(where), _set_shape(values), _shape(exclude or {}))
-    statement = _kept(
-        connection, key, lambda: _Update.compile(model, where, values, exclude or {}, connection)
+    key = ("update", model, *update_shape(where, values, exclude or {}))
+    statement = compiled(
+        connection, key, lambda: compiled_update(model, where, values, exclude or {}, connection)
     )
-    if statement is _NOT_KEPT:
+    if statement is NOT_KEPT:
         return _queryset(model, where, exclude, db).update(**values)
     with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
         cursor.execute(statement.sql, statement.bind(where, values, exclude or {}, connection))
         return cursor.rowcount
+
+
+def update_shape(where, values, exclude):
+    """What of an UPDATE's lookups and values decides its SQL."""
+    return _shape(where), _set_shape(values), _shape(exclude)
+
+
+def compiled_update(model, where, values, exclude, connection):
+    """The UPDATE of this shape as Django compiles it (NOT_KEPT if it binds otherwise)."""
+    return _Update.compile(model, where, values, exclude, connection)
+
+
+def compiled_insert(obj, connection, on_conflict):
+    """The INSERT of `obj` as `save()` would send it (NOT_KEPT if Django binds otherwise)."""
+    return _Insert.compile(obj, connection, on_conflict)
 
 
 def create(model, **values):
@@ -88,58 +102,28 @@ def create_unless_taken(model, **values):
     return _create(model, values, OnConflict.IGNORE)
 
 
-class Guard(NamedTuple):
-    """The UPDATE a `create_if_updated` depends on: `model.objects.filter(**where)
-    .update(**values)` of one row at most (where names its key)."""
-
-    model: type
-    where: dict
-    values: dict
-
-
-def create_if_updated(guard, model, **values):
-    """`model(**values)`, created only if the `guard` UPDATE changed its row (else None), as
-    one statement on PostgreSQL: `WITH guard AS (UPDATE … RETURNING 1) INSERT … SELECT … FROM
-    guard`, its own transaction outside one — a round trip, where BEGIN, UPDATE, INSERT and
-    COMMIT took four. A concurrent copy waits on the guard's row, then finds it changed."""
-    obj = _new(model, values)
-    db = router.db_for_write(model, instance=obj)
-    connection = connections[db]
-    statement = _NOT_KEPT
-    if connection.vendor == "postgresql" and not _expressions(values, guard.values):
-        key = ("create_if", model, obj.pk is None, guard.model, _shape(guard.where))
-        key += (_set_shape(guard.values),)
-        statement = _kept(connection, key, lambda: _Insert.guarded(guard, obj, connection))
-    if statement is not _NOT_KEPT:
-        return obj if statement.insert(obj, connection, db, guard) else None
-    with transaction.atomic(using=db):
-        if not update(guard.model, guard.where, guard.values):
-            return None
-        return _create(model, values, None, obj)
-
-
-def _new(model, values):
+def new(model, values):
     obj = model(**values)
     if obj.pk is None:  # as Model.save(): a primary key's default, if it has one
         obj.pk = obj._meta.pk.get_pk_value_on_save(obj)
     return obj
 
 
-def _expressions(*values):
+def expressions(*values):
     return any(hasattr(v, "resolve_expression") for each in values for v in each.values())
 
 
 def _create(model, values, on_conflict, obj=None):
     if obj is None:
-        obj = _new(model, values)
+        obj = new(model, values)
     db = router.db_for_write(model, instance=obj)
     connection = connections[db]
-    if _expressions(values):
-        statement = _NOT_KEPT  # an expression is SQL of its own
+    if expressions(values):
+        statement = NOT_KEPT  # an expression is SQL of its own
     else:
         key = ("create", model, obj.pk is None, on_conflict)
-        statement = _kept(connection, key, lambda: _Insert.compile(obj, connection, on_conflict))
-    if statement is not _NOT_KEPT:
+        statement = compiled(connection, key, lambda: compiled_insert(obj, connection, on_conflict))
+    if statement is not NOT_KEPT:
         return obj if statement.insert(obj, connection, db) else None
     if on_conflict is None:
         obj.save(force_insert=True, using=db)
@@ -152,7 +136,7 @@ def _create(model, values, on_conflict, obj=None):
     return obj
 
 
-def _kept(connection, key, compile_it):
+def compiled(connection, key, compile_it):
     """The statement of this shape on this connection, compiled at its first call."""
     statements = _statements(connection)
     if key not in statements:
@@ -222,7 +206,7 @@ class _Statement:
         try:
             ours = statement.bind(where, values, exclude, connection)
         except _Unknown:
-            return _NOT_KEPT
+            return NOT_KEPT
         return _if_same(statement, ours, django_params)
 
 
@@ -236,10 +220,10 @@ class _Select(_Statement):
         try:
             sql_text, params = compiler.as_sql()
         except EmptyResultSet:  # an empty IN: Django answers without asking the database
-            return _NOT_KEPT
+            return NOT_KEPT
         klass_info = compiler.klass_info
         if compiler.annotation_col_map or klass_info.get("related_klass_infos"):
-            return _NOT_KEPT
+            return NOT_KEPT
         statement = cls(model, sql_text, sorted(where), (), ())
         fields = klass_info["select_fields"]
         statement.columns = slice(fields[0], fields[-1] + 1)
@@ -264,11 +248,11 @@ class _Update(_Statement):
         query.add_update_values(values)
         query.clear_select_clause()
         if query.related_updates or query.count_active_tables() != 1:
-            return _NOT_KEPT  # Django selects the rows first, or updates other tables too
+            return NOT_KEPT  # Django selects the rows first, or updates other tables too
         try:
             sql_text, params = query.get_compiler(connection=connection).as_sql()
         except EmptyResultSet:
-            return _NOT_KEPT
+            return NOT_KEPT
         set_fields = [(name, model._meta.get_field(name)) for name in values]
         statement = cls(model, sql_text, sorted(where), sorted(exclude), set_fields)
         return cls.checked(statement, params, where, values, exclude, connection)
@@ -282,11 +266,11 @@ class _Insert:
     def compile(cls, obj, connection, on_conflict):
         meta = obj._meta
         if meta.parents or meta.proxy or meta.order_with_respect_to:
-            return _NOT_KEPT
+            return NOT_KEPT
         if any(f.has_db_default() for f in meta.local_concrete_fields):
-            return _NOT_KEPT  # DEFAULT is written into the SQL
+            return NOT_KEPT  # DEFAULT is written into the SQL
         if not connection.features.can_return_columns_from_insert:
-            return _NOT_KEPT
+            return NOT_KEPT
         statement = cls()
         pk_set = obj.pk is not None
         statement.fields = [
@@ -304,57 +288,58 @@ class _Insert:
         statement.returning_params = compiler.returning_params
         columns = [f.get_col(meta.db_table) for f in statement.returning]
         statement.converters, statement.compiler = compiler.get_converters(columns), compiler
-        statement.guard = None
         ours = [f.get_db_prep_save(getattr(probe, f.attname), connection) for f in statement.fields]
         return _if_same(statement, ours, params)
 
-    @classmethod
-    def guarded(cls, guard, obj, connection):
-        """The INSERT of `obj` as the SELECT of its values from the guard's UPDATE's rows (none
-        if it changed none): an INSERT's SELECT gives its values the columns' own types."""
-        statement = cls.compile(obj, connection, None)
-        update = _Update.compile(guard.model, guard.where, guard.values, {}, connection)
-        if _NOT_KEPT in (statement, update):
-            return _NOT_KEPT
-        head, values_clause, rest = statement.sql.partition(" VALUES (")
-        depth, end = 1, 0
-        while depth and end < len(rest):
-            depth += {"(": 1, ")": -1}.get(rest[end], 0)
-            end += 1
-        if not values_clause or depth:
-            return _NOT_KEPT
-        guarded = f"WITH guard AS ({update.sql} RETURNING 1) {head} SELECT {rest[: end - 1]}"
-        statement.sql = f"{guarded} FROM guard{rest[end:]}"  # noqa: S608 (Django's own SQL)
-        statement.guard = update
-        return statement
-
-    def insert(self, obj, connection, db, guard=None):
-        """Insert `obj`: False if ON CONFLICT DO NOTHING, or a guard that changed no row, left
-        the row out."""
-        model = obj.__class__
-        obj._prepare_related_fields_for_save(operation_name="save")
-        signals.pre_save.send(sender=model, instance=obj, raw=False, using=db, update_fields=None)
-        params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
-        if self.guard is not None:
-            params = self.guard.bind(guard.where, guard.values, {}, connection) + params
+    def insert(self, obj, connection, db):
+        """Insert `obj`: False if ON CONFLICT DO NOTHING left the row out."""
+        params = self.params(obj, connection, db)
         with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
             cursor.execute(self.sql, params)
             if self.returning:
                 row = connection.ops.fetch_returned_insert_columns(cursor, self.returning_params)
-            elif cursor.rowcount == 0:
-                return False
-        if self.returning:
-            if row is None:
-                return False
-            if self.converters:
-                [row] = self.compiler.apply_converters([row], self.converters)
-            for value, field in zip(row, self.returning, strict=True):
-                setattr(obj, field.attname, value)
+            else:
+                row = () if cursor.rowcount else None
+        return self.inserted(obj, row, db)
+
+    def params(self, obj, connection, db):
+        """The values to bind for `obj`, once its pre_save signal is sent (as `save()`)."""
+        obj._prepare_related_fields_for_save(operation_name="save")
+        model = obj.__class__
+        signals.pre_save.send(sender=model, instance=obj, raw=False, using=db, update_fields=None)
+        return [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
+
+    def inserted(self, obj, row, db):
+        """`obj` saved with the columns the database returned (`row`), and its post_save
+        signal sent: False if the row was left out (`row` None)."""
+        if row is None:
+            return False
+        if self.converters:
+            [row] = self.compiler.apply_converters([row], self.converters)
+        for value, field in zip(row, self.returning, strict=True):
+            setattr(obj, field.attname, value)
         obj._state.db, obj._state.adding = db, False
         signals.post_save.send(
-            sender=model, instance=obj, created=True, update_fields=None, raw=False, using=db
+            sender=obj.__class__,
+            instance=obj,
+            created=True,
+            update_fields=None,
+            raw=False,
+            using=db,
         )
         return True
+
+    def as_select(self, source):
+        """This INSERT with the SELECT of its values from `source`'s rows in place of VALUES
+        (an INSERT's SELECT gives its values the columns' own types), or None."""
+        head, values, rest = self.sql.partition(" VALUES (")
+        depth, end = 1, 0
+        while depth and end < len(rest):
+            depth += {"(": 1, ")": -1}.get(rest[end], 0)
+            end += 1
+        if not values or depth:
+            return None
+        return f"{head} SELECT {rest[: end - 1]} FROM {source}{rest[end:]}"  # noqa: S608
 
 
 class _Unknown(Exception):
@@ -410,7 +395,7 @@ def _if_same(statement, ours, django_params):
     if [_comparable(p) for p in ours] == [_comparable(p) for p in django_params]:
         return statement
     log.debug("not kept (its parameters differ from Django's): %s", statement.sql)
-    return _NOT_KEPT
+    return NOT_KEPT
 
 
 def _comparable(param):

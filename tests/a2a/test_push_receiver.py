@@ -54,7 +54,7 @@ def test_only_the_live_webhooks_of_the_traces_task_are_found():
     assert sorted(found) == sorted([submitted.pk, working.pk])
     assert len(statements.captured_queries) == 1
     [statement] = [s for key, s in kept._statements(connection).items() if PushConfig in key]
-    assert statement is not kept._NOT_KEPT  # compiled once, not built anew by the ORM each time
+    assert statement is not kept.NOT_KEPT  # compiled once, not built anew by the ORM each time
     assert push._webhooks_of(str(uuid.uuid4())) == ()
     assert push._webhooks_of("not a uuid \x00") == ()
 

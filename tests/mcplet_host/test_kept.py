@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from a2a.models import A2AMessage
 from agents.models import Agent, AgentRun
-from mcplet_host import kept
+from mcplet_host import guarded, kept
 
 pytestmark = pytest.mark.django_db
 
@@ -95,7 +95,7 @@ def test_a_kept_update_sends_what_the_orm_sends():
         orms, theirs = sent(A2AMessage.objects.filter(**where).update, **values)
         ours, mine = sent(kept.update, A2AMessage, where, values)
         assert (ours, mine) == (orms, theirs) == (1, theirs)
-    assert sum(s is not kept._NOT_KEPT for s in statements().values()) == 1
+    assert sum(s is not kept.NOT_KEPT for s in statements().values()) == 1
 
 
 def test_values_django_writes_into_the_sql_are_part_of_the_shape(agents):
@@ -115,7 +115,7 @@ def test_values_django_writes_into_the_sql_are_part_of_the_shape(agents):
         ours, mine = sent(kept.update, AgentRun, where, values, exclude=exclude)
         assert (ours, mine) == (orms, theirs)
         assert ours == 1
-    kept_now = [s for s in statements().values() if s is not kept._NOT_KEPT]
+    kept_now = [s for s in statements().values() if s is not kept.NOT_KEPT]
     assert len(kept_now) == len(cases)
     run.refresh_from_db()
     assert run.agent == agents["plan"] and run.steps == 3
@@ -126,7 +126,7 @@ def test_a_shape_django_binds_otherwise_is_never_kept_and_still_runs():
     assert kept.update(A2AMessage, {"pk": row.pk}, {"signature": F("recipient_id")}) == 1
     row.refresh_from_db()
     assert row.signature == row.recipient_id
-    assert list(statements().values()) == [kept._NOT_KEPT]
+    assert list(statements().values()) == [kept.NOT_KEPT]
     assert kept.update(A2AMessage, {"pk": row.pk}, {"signature": F("sender_id")}) == 1
     row.refresh_from_db()
     assert row.signature == "director"
@@ -136,7 +136,7 @@ def test_an_update_through_a_join_is_never_kept(agents):
     run = AgentRun.objects.create(agent=agents["info"], context_id="c")
     where = {"pk": run.pk, "agent__agent_id": "info-gathering-agent"}
     assert kept.update(AgentRun, where, {"steps": 7}) == 1
-    assert list(statements().values()) == [kept._NOT_KEPT]
+    assert list(statements().values()) == [kept.NOT_KEPT]
     run.refresh_from_db()
     assert run.steps == 7
     assert Agent.objects.filter(agent_id="info-gathering-agent").exists()
@@ -171,7 +171,7 @@ def test_a_read_through_a_join_is_kept_and_reads_the_same(django_user_model):
                 user=user, credential_id=key.credential_id
             )
             assert bytes(ours.public_key) == b"\x00\xffk" and ours.transports == []
-    assert [s is not kept._NOT_KEPT for s in statements().values()] == [True]
+    assert [s is not kept.NOT_KEPT for s in statements().values()] == [True]
     users[1].is_active = False
     users[1].save()
     with pytest.raises(PasskeyCredential.DoesNotExist):  # its owner is no longer active
@@ -229,7 +229,7 @@ def test_a_kept_create_writes_the_row_the_orm_writes_and_sends_its_signals(agent
     assert heard[1][1] is not None  # post_save sees the row's id
     run = kept.create(AgentRun, agent=agents["info"], context_id="c", transcript=[{"r": 1}])
     assert AgentRun.objects.get(pk=run.pk).transcript == [{"r": 1}]
-    assert [s is not kept._NOT_KEPT for s in statements().values()] == [True, True]
+    assert [s is not kept.NOT_KEPT for s in statements().values()] == [True, True]
 
 
 def test_a_kept_create_refuses_a_duplicate_as_the_orm_does():
@@ -281,7 +281,7 @@ def test_create_if_updated_creates_the_row_only_with_its_guards_change(agents):
     request = message()
     queued = {"pk": request.pk, "state": A2AMessage.State.QUEUED}
     now = timezone.now()
-    guard = kept.Guard(A2AMessage, queued, {"state": "delivered", "delivered_at": now})
+    guard = guarded.Guard(A2AMessage, queued, {"state": "delivered", "delivered_at": now})
     values = {
         "agent": agents["info"],
         "request": request,
@@ -291,8 +291,8 @@ def test_create_if_updated_creates_the_row_only_with_its_guards_change(agents):
         "lease_owner": "w1",
         "lease_until": now + timedelta(seconds=30),
     }
-    run, queries = sent(kept.create_if_updated, guard, AgentRun, **values)
-    again, queries_again = sent(kept.create_if_updated, guard, AgentRun, **values)
+    run, queries = sent(guarded.create_if_updated, guard, AgentRun, **values)
+    again, queries_again = sent(guarded.create_if_updated, guard, AgentRun, **values)
 
     assert again is None and AgentRun.objects.count() == 1
     read = AgentRun.objects.get(pk=run.pk)
@@ -313,9 +313,11 @@ def test_create_if_updated_creates_the_row_only_with_its_guards_change(agents):
 def test_a_guarded_create_that_fails_leaves_the_guards_row_as_it_was(agents):
     request = message()
     taken = AgentRun.objects.create(agent=agents["info"], request=request, context_id="c")
-    guard = kept.Guard(A2AMessage, {"pk": request.pk}, {"state": "delivered"})
+    guard = guarded.Guard(A2AMessage, {"pk": request.pk}, {"state": "delivered"})
     with pytest.raises(IntegrityError), transaction.atomic():
-        kept.create_if_updated(guard, AgentRun, pk=taken.pk, agent=agents["plan"], context_id="d")
+        guarded.create_if_updated(
+            guard, AgentRun, pk=taken.pk, agent=agents["plan"], context_id="d"
+        )
     request.refresh_from_db()
     assert request.state == A2AMessage.State.QUEUED
     assert AgentRun.objects.get().agent == agents["info"]

@@ -318,9 +318,9 @@ BREAKS = [
     ),
     Break(  # the run inserted whether or not the request's mark changed its row
         "run-without-its-mark",
-        "mcplet_host/kept.py",
-        r'statement\.sql = f"\{guarded\} FROM guard',
-        'statement.sql = f"{guarded} FROM (SELECT 1) AS unguarded',
+        "mcplet_host/guarded.py",
+        r'\(select := insert\.as_select\("guard"\)\)',
+        '(select := insert.as_select("(SELECT 1) AS unguarded"))',
         [BUS + "test_a_refused_request_delivered_again_once_it_would_pass_runs_nothing"],
     ),
 ]

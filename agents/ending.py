@@ -1,0 +1,77 @@
+"""A run's end (runner.finish) as one statement on PostgreSQL (mcplet_host.guarded): the run's
+conditional UPDATE, its task response, the request's `answered` mark and the audit event, where
+BEGIN … COMMIT took six round trips. The run's UPDATE comes first and takes its row's lock: an
+operator's cancel racing it waits, or is waited for, and the loser changes nothing."""
+
+from django.db.models.constants import OnConflict
+
+from a2a import bus
+from a2a.models import A2AMessage
+from agents.models import AgentRun
+from mcplet_host import audit, guarded, metrics, signals
+
+
+def finished_event(run, status, error):
+    """The run's `agent.run.finished` audit event (unsaved)."""
+    return audit.event(
+        "agent.run.finished",
+        actor_type=audit.ActorType.AGENT,
+        actor_id=run.agent.agent_id,
+        result=audit.SUCCESS if status == AgentRun.Status.SUCCESS else audit.FAILURE,
+        trace_id=run.context_id,
+        details={
+            "run": str(run.pk),
+            "status": status,
+            "steps": run.steps,
+            "tokens": run.total_tokens,
+            **run.authority.audit_details(),
+            **({"error": error} if error else {}),
+        },
+    )
+
+
+def hands_off(run, status):
+    """The agent the run's result goes to next, if any: as read with the run's agent; its
+    delivery checks it against the registry as it is then."""
+    target = run.agent.hands_off_to
+    if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
+        return target
+    return None
+
+
+def in_one_statement(run, status, result, error):
+    """`runner.finish` in one statement: True, or False if the run had ended already. None
+    where finish takes its general path: not on PostgreSQL, a run with no request to answer,
+    one that may have held a call (its end looks for it) or that hands off (a second row)."""
+    request = run.request
+    if request is None or run.may_have_held or hands_off(run, status) is not None:
+        return None
+    if not guarded.one_statement(AgentRun):
+        return None
+    values = run.ending(status, result=result, error=error)
+    response = bus.response_values(
+        request,
+        status,
+        result=run.result if status != "error" else None,
+        error=error if status != "success" else None,
+    )
+    answered = None
+    if request.state != A2AMessage.State.REFUSED:
+        mark = {"state": A2AMessage.State.ANSWERED}
+        answered = guarded.Guard(A2AMessage, {"pk": request.pk}, mark)
+    events = [finished_event(run, status, error)]
+    then = guarded.Then(
+        A2AMessage, response, OnConflict.IGNORE, answered, audit.APPEND, audit.in_statement(events)
+    )
+    ending = guarded.Guard(AgentRun, {"pk": run.pk}, values, {"status__in": AgentRun.FINAL})
+    try:
+        outcome = guarded.updated_then(ending, then)
+    except guarded.NotKept:
+        return None
+    if outcome is None:
+        run.refresh_from_db()
+        return False
+    signals.saved(run)  # as AgentRun.end: the dashboard's live view hears it
+    metrics.run_finished(status)
+    audit.appended(events, outcome[1])
+    return True

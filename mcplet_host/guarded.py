@@ -1,0 +1,160 @@
+"""Writes that depend on an UPDATE, as one statement on PostgreSQL (design.md, "Kept
+statements"): a request marked delivered and its run created; a run ended, its response, the
+request's `answered` mark and its audit event. Each is a kept shape (`mcplet_host.kept`) whose
+pieces Django compiled, joined by a data-modifying WITH: one round trip and its own transaction
+outside one, where BEGIN, each statement and COMMIT took one each. The guard's UPDATE takes
+its row's lock first, so a concurrent copy waits for it, then finds the row changed and does
+nothing else."""
+
+import re
+from typing import NamedTuple
+
+from django.db import connections, router, transaction
+from django.db.models.constants import OnConflict
+
+from mcplet_host import kept
+
+
+class Guard(NamedTuple):
+    """`model.objects.filter(**where).exclude(**exclude).update(**values)`, of one row at
+    most (`where` names its key)."""
+
+    model: type
+    where: dict
+    values: dict
+    exclude: dict | None = None
+
+
+class Then(NamedTuple):
+    """What `updated_then` does once its guard changed its row: insert `model(**values)`
+    (`on_conflict`), then `mark` if that row was inserted; and call `function`, a
+    set-returning SQL function of one jsonb argument, with `argument` (JSON text)."""
+
+    model: type
+    values: dict
+    on_conflict: OnConflict | None
+    mark: Guard | None
+    function: str
+    argument: str
+
+
+class NotKept(Exception):
+    """A shape `updated_then` cannot send as Django would: the caller takes its general path."""
+
+
+def create_if_updated(guard, model, **values):
+    """`model(**values)`, created only if the `guard` changed its row (else None): on
+    PostgreSQL `WITH guard AS (UPDATE … RETURNING 1) INSERT … SELECT … FROM guard`; elsewhere
+    the UPDATE, then the INSERT, in one transaction."""
+    obj = kept.new(model, values)
+    db = router.db_for_write(model, instance=obj)
+    connection = connections[db]
+    statement = kept.NOT_KEPT
+    if connection.vendor == "postgresql" and not kept.expressions(values, guard.values):
+        key = ("create_if", model, obj.pk is None, _shape(guard))
+        statement = kept.compiled(connection, key, lambda: _created_if(guard, obj, connection))
+    if statement is not kept.NOT_KEPT:
+        insert, update = statement
+        params = _bind(update, guard, connection) + insert.params(obj, connection, db)
+        with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
+            cursor.execute(insert.sql_if, params)
+            row = cursor.fetchone() if insert.returning else (() if cursor.rowcount else None)
+        return obj if insert.inserted(obj, row, db) else None
+    with transaction.atomic(using=db):
+        if not kept.update(guard.model, guard.where, guard.values, guard.exclude):
+            return None
+        return kept.create(model, **values)
+
+
+def one_statement(model):
+    """True where `updated_then` runs: PostgreSQL's data-modifying WITH."""
+    return connections[router.db_for_write(model)].vendor == "postgresql"
+
+
+def updated_then(guard, then):
+    """None if the `guard` changed no row; else (the row `then` inserted, or None if a
+    conflict left it out; the rows its function returned), from one statement:
+
+        WITH guard AS (UPDATE … RETURNING 1 AS one),
+             created AS (INSERT … SELECT … FROM guard … RETURNING …),
+             marked AS (UPDATE … AND EXISTS (SELECT 1 FROM created))
+        SELECT created.*, called.* FROM guard LEFT JOIN created ON true
+            LEFT JOIN LATERAL function(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called
+
+    The function is called once per row of `guard`: never if it changed none. PostgreSQL only
+    (`one_statement`); NotKept for a shape Django binds otherwise."""
+    obj = kept.new(then.model, then.values)
+    db = router.db_for_write(then.model, instance=obj)
+    connection = connections[db]
+    if kept.expressions(guard.values, then.values, then.mark.values if then.mark else {}):
+        raise NotKept(then.model)
+    key = ("updated_then", _shape(guard), then.model, obj.pk is None, then.on_conflict)
+    key += (then.mark and _shape(then.mark), then.function)
+    statement = kept.compiled(connection, key, lambda: _Then.compile(guard, then, obj, connection))
+    if statement is kept.NOT_KEPT:
+        raise NotKept(then.model)
+    return statement.run(guard, then, obj, connection, db)
+
+
+def _shape(guard):
+    return (guard.model, *kept.update_shape(guard.where, guard.values, guard.exclude or {}))
+
+
+def _compile(guard, connection):
+    exclude = guard.exclude or {}
+    return kept.compiled_update(guard.model, guard.where, guard.values, exclude, connection)
+
+
+def _bind(update, guard, connection):
+    return update.bind(guard.where, guard.values, guard.exclude or {}, connection)
+
+
+def _created_if(guard, obj, connection):
+    insert = kept.compiled_insert(obj, connection, None)
+    update = _compile(guard, connection)
+    if kept.NOT_KEPT in (insert, update) or not (select := insert.as_select("guard")):
+        return kept.NOT_KEPT
+    insert.sql_if = f"WITH guard AS ({update.sql} RETURNING 1) {select}"
+    return insert, update
+
+
+class _Then:
+    @classmethod
+    def compile(cls, guard, then, obj, connection):
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", then.function):
+            return kept.NOT_KEPT
+        statement = cls()
+        statement.insert = kept.compiled_insert(obj, connection, then.on_conflict)
+        statement.guard = _compile(guard, connection)
+        statement.mark = _compile(then.mark, connection) if then.mark else None
+        parts = (statement.insert, statement.guard, statement.mark)
+        if kept.NOT_KEPT in parts or not (select := statement.insert.as_select("guard")):
+            return kept.NOT_KEPT
+        statement.width = len(statement.insert.returning)
+        if not statement.width:
+            select, statement.width = f"{select} RETURNING 1", 1
+        with_ = [f"guard AS ({statement.guard.sql} RETURNING 1 AS one)", f"created AS ({select})"]
+        if statement.mark:
+            marked = f"{statement.mark.sql} AND EXISTS (SELECT 1 FROM created)"  # noqa: S608
+            with_.append(f"marked AS ({marked})")
+        statement.sql = (
+            f"WITH {', '.join(with_)} SELECT created.*, called.* FROM guard "  # noqa: S608
+            f"LEFT JOIN created ON true LEFT JOIN LATERAL {then.function}"
+            "(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called ON true"
+        )
+        return statement
+
+    def run(self, guard, then, obj, connection, db):
+        params = _bind(self.guard, guard, connection) + self.insert.params(obj, connection, db)
+        if self.mark:
+            params += _bind(self.mark, then.mark, connection)
+        with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
+            cursor.execute(self.sql, [*params, then.argument])
+            rows = cursor.fetchall()
+        if not rows:
+            return None
+        created = rows[0][: len(self.insert.returning)]
+        inserted = self.insert.inserted(obj, None if rows[0][0] is None else created, db)
+        called = [row[self.width :] for row in rows]
+        called = [row for row in called if any(v is not None for v in row)]
+        return (obj if inserted else None), called

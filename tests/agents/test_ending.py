@@ -1,0 +1,94 @@
+"""A run's end in one statement on PostgreSQL (agents/ending.py): the same rows, signals and
+audit chain as runner.finish's transaction, and the same answer to a race."""
+
+import pytest
+from django.db import connection
+from django.db.models import signals
+from django.test.utils import CaptureQueriesContext
+
+from a2a import bus
+from a2a.models import A2AMessage
+from agents import runner
+from agents.models import AgentRun
+from mcplet_host import audit
+from mcplet_host.celery import app
+from mcplet_host.models import AuditEvent
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager")]
+
+
+@pytest.fixture
+def started(registry, director):
+    """A delivered request and its run, as a worker holds it before its end."""
+    app.conf.task_always_eager = False  # the worker is this test
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    return request, runner.start(request, registry["info"])
+
+
+def ended(run, status, **outcome):
+    heard = []
+
+    def receiver(sender, instance, created, **kwargs):
+        heard.append((sender.__name__, created))
+
+    signals.post_save.connect(receiver)
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            done = runner.finish(run, status, **outcome)
+    finally:
+        signals.post_save.disconnect(receiver)
+    return done, [q["sql"] for q in captured.captured_queries], heard
+
+
+def test_a_run_ends_in_one_statement_with_its_response_mark_and_audit_event(started):
+    request, run = started
+    done, queries, heard = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+
+    assert done is True
+    if connection.vendor == "postgresql":
+        assert [q.split()[:3] for q in queries] == [["WITH", "guard", "AS"]]
+    else:
+        assert "BEGIN" in queries[0] or "SAVEPOINT" in queries[0]
+    read = AgentRun.objects.get(pk=run.pk)
+    assert (read.status, read.result, read.lease_owner) == ("success", {"analysis": "rain"}, "")
+    assert read.finished_at == run.finished_at
+    response = A2AMessage.objects.get(reply_to=request.message_id)
+    assert response.body["status"] == "success" and response.body["payload"]["result"] == {
+        "analysis": "rain"
+    }
+    assert A2AMessage.objects.get(pk=request.pk).state == A2AMessage.State.ANSWERED
+    assert ("AgentRun", False) in heard and ("A2AMessage", True) in heard
+    event = AuditEvent.objects.get(event_type="agent.run.finished")
+    assert event.details["run"] == str(run.pk) and event.details["status"] == "success"
+    assert audit.verify_chain()[1] is None
+
+
+def test_an_ended_run_ends_no_second_time(started):
+    request, run = started
+    late = AgentRun.objects.get(pk=run.pk)
+    assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "first"}) is True
+
+    done, queries, heard = ended(late, AgentRun.Status.SUCCESS, result={"analysis": "late"})
+
+    assert done is False and heard == []
+    assert (late.status, late.result) == ("error", None)  # read again as it stands
+    assert A2AMessage.objects.filter(reply_to=request.message_id).count() == 1
+    assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
+    assert audit.verify_chain()[1] is None
+
+
+def test_a_request_refused_meanwhile_keeps_its_answer_and_the_run_still_ends(started):
+    """A racing delivery refused the request (its recipient disabled) after this one started
+    the run: the refusal's answer stands, and the run ends, audited, with no second answer."""
+    request, run = started
+    bus.refuse(request.message_id, request, "the recipient is disabled")
+
+    done, _, heard = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+
+    assert done is True and ("A2AMessage", True) not in heard
+    assert A2AMessage.objects.get(pk=request.pk).state == A2AMessage.State.REFUSED
+    [answer] = A2AMessage.objects.filter(reply_to=request.message_id)
+    assert answer.body["status"] == "error"
+    assert AgentRun.objects.get(pk=run.pk).status == AgentRun.Status.SUCCESS
+    assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
+    assert audit.verify_chain()[1] is None
