@@ -36,7 +36,7 @@ class Breakdown:
             ("release", AgentRun, "release"),
             ("finish", runner, "finish"),
             ("respond", bus, "respond"),
-            ("audit", audit, "record"),
+            ("audit", audit, "record_many"),
             ("post", bus, "post"),
         ]
         stack = contextlib.ExitStack()
@@ -242,10 +242,10 @@ def print_breakdown(breakdown, title):
         ("  runner.start (request marked delivered + run INSERT: one statement)", get("start")),
         ("  runner.advance_started", get("advance")),
         ("    AgentRun.claim (UPDATE lease; a redelivery's only)", get("claim")),
-        ("    runner.finish (from the Echo handler)", get("finish")),
-        ("      run.save() (all columns) and the rest of finish", finish_rest),
-        ("      bus.respond (build + validate, INSERT, UPDATE state)", get("respond")),
-        ("      audit.record (one statement on PostgreSQL)", get("audit")),
+        ("    runner.finish (one statement on PostgreSQL, from the Echo handler)", get("finish")),
+        ("      the run's end (with all below, on PostgreSQL) and the rest", finish_rest),
+        ("      bus.respond (finish's transaction: SQLite, a hand-off)", get("respond")),
+        ("      audit.record_many (finish's transaction: SQLite, a hand-off)", get("audit")),
         ("      hand-off: bus.post to the next agent (validate, sign, INSERT)", get("post")),
         ("    AgentRun.release (UPDATE)", get("release")),
         ("    the handler and the rest (the run as started: no read)", advance_rest),

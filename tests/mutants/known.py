@@ -283,6 +283,16 @@ BREAKS = [
         ],
     ),
     Break(
+        "run-ends-twice-in-one-statement",
+        "agents/ending.py",
+        r'\{"status__in": AgentRun\.FINAL\}',
+        "{}",
+        [
+            "tests/agents/test_runner.py::test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing",
+            "tests/agents/test_ending.py::test_an_ended_run_ends_no_second_time",
+        ],
+    ),
+    Break(
         "hold-not-said-first",
         "agents/models.py",
         r"AgentRun\.objects\.filter\(pk=self\.pk\)\.update\(may_have_held=True\)",
