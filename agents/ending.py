@@ -30,6 +30,15 @@ def finished_event(run, status, error):
     )
 
 
+def answer(run, status, error):
+    """What the run's task response says: its result on a success or a partial end, its
+    error on any other."""
+    return {
+        "result": run.result if status != "error" else None,
+        "error": error if status != "success" else None,
+    }
+
+
 def hands_off(run, status):
     """The agent the run's result goes to next, if any: as read with the run's agent; its
     delivery checks it against the registry as it is then."""
@@ -49,12 +58,7 @@ def in_one_statement(run, status, result, error):
     if not guarded.one_statement(AgentRun):
         return None
     values = run.ending(status, result=result, error=error)
-    response = bus.response_values(
-        request,
-        status,
-        result=run.result if status != "error" else None,
-        error=error if status != "success" else None,
-    )
+    response = bus.response_values(request, status, **answer(run, status, error))
     answered = None
     if request.state != A2AMessage.State.REFUSED:
         mark = {"state": A2AMessage.State.ANSWERED}

@@ -445,12 +445,7 @@ def finish(run, status, *, result=None, error=None):
         metrics.run_finished(status)
         run.reject_pending_calls()
         if run.request is not None:
-            bus.respond(
-                run.request,
-                status,
-                result=run.result if status != "error" else None,
-                error=error if status != "success" else None,
-            )
+            bus.respond(run.request, status, **ending.answer(run, status, error))
         audit.record_many([ending.finished_event(run, status, error)])
         if (target := ending.hands_off(run, status)) is not None:
             bus.send_task(

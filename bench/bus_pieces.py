@@ -60,7 +60,7 @@ def lookup_agent(agent_id):
 
 def commits(statements):
     """Transactions committed by a list of SQL statements run in autocommit mode: each explicit
-    BEGIN … COMMIT, and each write outside one (a WITH here writes: kept.create_if_updated)."""
+    BEGIN … COMMIT, and each write outside one (a WITH here writes: mcplet_host.guarded)."""
     count, inside = 0, False
     for sql in statements:
         word = sql.split(None, 1)[0].upper()

@@ -27,15 +27,15 @@ class Guard(NamedTuple):
 
 class Then(NamedTuple):
     """What `updated_then` does once its guard changed its row: insert `model(**values)`
-    (`on_conflict`), then `mark` if that row was inserted; and call `function`, a
+    (`on_conflict`), then `mark` if that row was inserted; and call `function`, if any, a
     set-returning SQL function of one jsonb argument, with `argument` (JSON text)."""
 
     model: type
     values: dict
-    on_conflict: OnConflict | None
-    mark: Guard | None
-    function: str
-    argument: str
+    on_conflict: OnConflict | None = None
+    mark: Guard | None = None
+    function: str | None = None
+    argument: str | None = None
 
 
 class NotKept(Exception):
@@ -44,23 +44,16 @@ class NotKept(Exception):
 
 def create_if_updated(guard, model, **values):
     """`model(**values)`, created only if the `guard` changed its row (else None): on
-    PostgreSQL `WITH guard AS (UPDATE … RETURNING 1) INSERT … SELECT … FROM guard`; elsewhere
-    the UPDATE, then the INSERT, in one transaction."""
-    obj = kept.new(model, values)
-    db = router.db_for_write(model, instance=obj)
-    connection = connections[db]
-    statement = kept.NOT_KEPT
-    if connection.vendor == "postgresql" and not kept.expressions(values, guard.values):
-        key = ("create_if", model, obj.pk is None, _shape(guard))
-        statement = kept.compiled(connection, key, lambda: _created_if(guard, obj, connection))
-    if statement is not kept.NOT_KEPT:
-        insert, update = statement
-        params = _bind(update, guard, connection) + insert.params(obj, connection, db)
-        with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
-            cursor.execute(insert.sql_if, params)
-            row = cursor.fetchone() if insert.returning else (() if cursor.rowcount else None)
-        return obj if insert.inserted(obj, row, db) else None
-    with transaction.atomic(using=db):
+    PostgreSQL `WITH guard AS (UPDATE … RETURNING 1 AS one) INSERT … SELECT … FROM guard`;
+    elsewhere the UPDATE, then the INSERT, in one transaction."""
+    if one_statement(model):
+        try:
+            outcome = updated_then(guard, Then(model, values))
+        except NotKept:
+            pass
+        else:
+            return outcome and outcome[0]
+    with transaction.atomic(using=router.db_for_write(model)):
         if not kept.update(guard.model, guard.where, guard.values, guard.exclude):
             return None
         return kept.create(model, **values)
@@ -81,7 +74,8 @@ def updated_then(guard, then):
         SELECT created.*, called.* FROM guard LEFT JOIN created ON true
             LEFT JOIN LATERAL function(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called
 
-    The function is called once per row of `guard`: never if it changed none. PostgreSQL only
+    The function, if any, is called once per row of `guard`: never if it changed none (without
+    one the SELECT ends at `created`). PostgreSQL only
     (`one_statement`); NotKept for a shape Django binds otherwise."""
     obj = kept.new(then.model, then.values)
     db = router.db_for_write(then.model, instance=obj)
@@ -109,19 +103,10 @@ def _bind(update, guard, connection):
     return update.bind(guard.where, guard.values, guard.exclude or {}, connection)
 
 
-def _created_if(guard, obj, connection):
-    insert = kept.compiled_insert(obj, connection, None)
-    update = _compile(guard, connection)
-    if kept.NOT_KEPT in (insert, update) or not (select := insert.as_select("guard")):
-        return kept.NOT_KEPT
-    insert.sql_if = f"WITH guard AS ({update.sql} RETURNING 1) {select}"
-    return insert, update
-
-
 class _Then:
     @classmethod
     def compile(cls, guard, then, obj, connection):
-        if not re.fullmatch(r"[a-z_][a-z0-9_]*", then.function):
+        if then.function and not re.fullmatch(r"[a-z_][a-z0-9_]*", then.function):
             return kept.NOT_KEPT
         statement = cls()
         statement.insert = kept.compiled_insert(obj, connection, then.on_conflict)
@@ -137,11 +122,13 @@ class _Then:
         if statement.mark:
             marked = f"{statement.mark.sql} AND EXISTS (SELECT 1 FROM created)"  # noqa: S608
             with_.append(f"marked AS ({marked})")
-        statement.sql = (
-            f"WITH {', '.join(with_)} SELECT created.*, called.* FROM guard "  # noqa: S608
-            f"LEFT JOIN created ON true LEFT JOIN LATERAL {then.function}"
-            "(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called ON true"
-        )
+        rows = f"WITH {', '.join(with_)} SELECT created.*"  # noqa: S608
+        statement.sql = f"{rows} FROM guard LEFT JOIN created ON true"
+        if then.function:
+            statement.sql = (
+                f"{rows}, called.* FROM guard LEFT JOIN created ON true LEFT JOIN LATERAL "
+                f"{then.function}(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called ON true"
+            )
         return statement
 
     def run(self, guard, then, obj, connection, db):
@@ -149,7 +136,7 @@ class _Then:
         if self.mark:
             params += _bind(self.mark, then.mark, connection)
         with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
-            cursor.execute(self.sql, [*params, then.argument])
+            cursor.execute(self.sql, [*params, then.argument] if then.function else params)
             rows = cursor.fetchall()
         if not rows:
             return None

@@ -113,9 +113,8 @@ def expressions(*values):
     return any(hasattr(v, "resolve_expression") for each in values for v in each.values())
 
 
-def _create(model, values, on_conflict, obj=None):
-    if obj is None:
-        obj = new(model, values)
+def _create(model, values, on_conflict):
+    obj = new(model, values)
     db = router.db_for_write(model, instance=obj)
     connection = connections[db]
     if expressions(values):

@@ -329,8 +329,8 @@ BREAKS = [
     Break(  # the run inserted whether or not the request's mark changed its row
         "run-without-its-mark",
         "mcplet_host/guarded.py",
-        r'\(select := insert\.as_select\("guard"\)\)',
-        '(select := insert.as_select("(SELECT 1) AS unguarded"))',
+        r'\(select := statement\.insert\.as_select\("guard"\)\)',
+        '(select := statement.insert.as_select("(SELECT 1) AS unguarded"))',
         [BUS + "test_a_refused_request_delivered_again_once_it_would_pass_runs_nothing"],
     ),
 ]
