@@ -5,7 +5,11 @@ worker that delivers it checks the signature against the stored message, so a me
 into the broker, or edited on its way — its body or its provenance — is refused."""
 
 import hmac
+import threading
+from collections import deque
+from contextlib import contextmanager
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
@@ -42,9 +46,9 @@ def _columns(body):
     }
 
 
-def post(message, authority, *, external=False):
+def post(message, authority, *, external=False, hand_off=False):
     """Persist and sign a task request acting with `authority`, then hand it to a worker
-    (after the commit)."""
+    (after the commit): a run's `hand_off` to this worker, if it delivers hand-offs here."""
     validate("task-request", message)
     provenance = authority.to_json()
     row = kept.create(
@@ -56,9 +60,46 @@ def post(message, authority, *, external=False):
         signature=messages.sign(_signed(message, provenance), signing_key()),
     )
     args = [str(row.message_id), row.signature]
-    transaction.on_commit(lambda: enqueue(DELIVER_TASK, args))
+    transaction.on_commit(lambda: _deliver_after_commit(args, hand_off))
     metrics.bus_message("sent")
     return row
+
+
+class _HandOffs(threading.local):
+    queue = None  # a deque while a worker's agent task delivers hand-offs here
+    taken = 0
+
+
+_hand_offs = _HandOffs()
+
+
+@contextmanager
+def hand_offs_here():
+    """Within a worker's agent task: the hand-offs its runs send are queued here, not to the
+    broker (at most MCPLET_HAND_OFFS_HERE of them; after that, to the broker), for the task to
+    deliver in turn once its own work is done — as Temporal's eager activities skip the task
+    queue. Each is still a committed, signed request that its delivery authenticates and
+    checks; a worker killed before delivering one leaves it queued, and `agents.recover`
+    takes it up. What is left here when the task ends goes to the broker."""
+    if _hand_offs.queue is not None:  # an eager task inside another: the outer one delivers
+        yield deque()
+        return
+    _hand_offs.queue, _hand_offs.taken = deque(), 0
+    try:
+        yield _hand_offs.queue
+    finally:
+        left, _hand_offs.queue = _hand_offs.queue, None
+        for args in left:
+            enqueue(DELIVER_TASK, args)
+
+
+def _deliver_after_commit(args, hand_off):
+    queue = _hand_offs.queue
+    if hand_off and queue is not None and _hand_offs.taken < settings.MCPLET_HAND_OFFS_HERE:
+        _hand_offs.taken += 1
+        queue.append(args)
+    else:
+        enqueue(DELIVER_TASK, args)
 
 
 def send_task(
@@ -70,6 +111,7 @@ def send_task(
     context_id=None,
     history=None,
     locale=None,
+    hand_off=False,
 ):
     """A task from an agent of this host. `authority` is the sender's own (its run's, or the
     host's for a Director or an operator); the message carries it with the sender appended."""
@@ -83,6 +125,7 @@ def send_task(
             locale=locale,
         ),
         authority.then(sender_id),
+        hand_off=hand_off,
     )
 
 

@@ -454,6 +454,7 @@ def finish(run, status, *, result=None, error=None):
                 run.result,
                 authority=run.authority,
                 context_id=run.context_id,
+                hand_off=True,
             )
     return True
 

@@ -1,5 +1,6 @@
 """Celery tasks of the agent layer. They take ids, and a redelivered task does no harm: a
-delivery finds its run, an advance needs the run's lease, a resume checks the run's state."""
+delivery finds its run, an advance needs the run's lease, a resume checks the run's state.
+Each then delivers the hand-offs its runs sent, in turn (a2a.bus.hand_offs_here)."""
 
 from datetime import timedelta
 
@@ -11,8 +12,17 @@ from a2a import bus
 from a2a.models import A2AMessage
 from agents import director, runner
 from agents.models import AgentRun
-from mcplet_host import registry
+from mcplet_host import registry, tracing
 from mcplet_host.celery import enqueue
+
+
+def _then_hand_offs(work, *args):
+    with bus.hand_offs_here() as hand_offs:
+        work(*args)
+        while hand_offs:
+            message_id, signature = hand_offs.popleft()
+            with tracing.span("deliver hand-off", attributes={"messaging.message.id": message_id}):
+                _deliver(message_id, signature)
 
 
 @shared_task(name="agents.deliver", acks_late=True, ignore_result=True)
@@ -20,6 +30,10 @@ def deliver(message_id, signature):
     """Deliver a local A2A task request — if the host signed it, its sender is a registered
     internal agent, its recipient exists (§16.4) and its parameters fit the recipient's
     inputSchema (§18.4) — and run the recipient on it."""
+    _then_hand_offs(_deliver, message_id, signature)
+
+
+def _deliver(message_id, signature):
     request, reason = bus.authenticate(message_id, signature)
     code = "X_REFUSED"
     if not reason:
@@ -45,13 +59,13 @@ def deliver(message_id, signature):
 
 @shared_task(name="agents.advance_run", acks_late=True, ignore_result=True)
 def advance_run(run_id):
-    runner.advance(run_id)
+    _then_hand_offs(runner.advance, run_id)
 
 
 @shared_task(name="agents.resume_run", acks_late=True, ignore_result=True)
 def resume_run(ceremony_id, ref):
     """The gateway's continuation: a held call (or result) was decided."""
-    runner.resume(ceremony_id, ref)
+    _then_hand_offs(runner.resume, ceremony_id, ref)
 
 
 @shared_task(name="agents.run_director", ignore_result=True)

@@ -33,10 +33,11 @@ ours, LangGraph's, LangGraph's, ours), so that a load that comes and goes on a s
 weighs on both alike.
 
 Before the worker starts, chains run in this process with the broker stubbed (each hop's
-`agents.deliver` called directly): the time per chain, the SQL statements and commits per hop,
-the steps of a delivery (bench/bus.py's breakdown). --profile adds a CPU cProfile of those,
-and one of the worker's tasks: after the measurements a second worker profiles the thread CPU
-time of each task it runs during --chains more sequential chains.
+delivery called directly, as the worker delivers a hand-off itself): the time per chain, the
+SQL statements and commits per hop, the steps of a delivery (bench/bus.py's breakdown).
+--profile adds a CPU cProfile of those, and one of the worker's tasks: after the measurements
+a second worker profiles the thread CPU time of each task it runs during --chains more
+sequential chains.
 It clears the agents, A2A and held-call tables of DATABASE_URL and the checkpointer's tables of
 the LangGraph database. Nothing is asserted.
 """
@@ -240,14 +241,15 @@ def hop_stages(contexts):
 
 
 def in_process(n, profile):
-    """Chains in this process, the broker stubbed: each queued delivery is run by calling
-    agents.deliver. Returns (seconds per chain, CPU seconds per chain, the SQL of one chain's
-    send and hops, the breakdown of the deliveries, the profile)."""
+    """Chains in this process, the broker stubbed: each queued delivery is run as the worker
+    runs each hop of a chain (agents.tasks._deliver, one at a time). Returns (seconds per
+    chain, CPU seconds per chain, the SQL of one chain's send and hops, the breakdown of the
+    deliveries, the profile)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from a2a import bus
-    from agents.tasks import deliver
+    from agents.tasks import _deliver as deliver
 
     queued = []
 
@@ -387,7 +389,7 @@ def print_stages(ours):
 
 def print_in_process(times, cpu, queries, breakdown):
     st = common.stats(times)
-    print("\n1. Our chain in this process, the broker stubbed (agents.deliver called directly):")
+    print("\n1. Our chain in this process, the broker stubbed (each hop delivered directly):")
     print(
         f"   per chain median {st['median'] * 1e3:.2f} ms (p95 {st['p95'] * 1e3:.2f}), per hop "
         f"{st['median'] / HOPS * 1e3:.2f} ms; CPU {cpu * 1e3:.2f} ms per chain"

@@ -262,6 +262,9 @@ MCPLET_RUN_LEASE = env_int("MCPLET_RUN_LEASE", 300, minimum=5)
 # Beat's recovery (agents.recover, mcplet_host.recover_calls) queues again work untouched this
 # long whose task was lost: a worker killed, the broker's data lost.
 MCPLET_RECOVERY_GRACE = env_int("MCPLET_RECOVERY_GRACE", 60, minimum=1)
+# Hand-offs a worker's agent task delivers itself, in a row, after its own run (a chain's next
+# hop without the broker); then the broker. 0: every hand-off through the broker.
+MCPLET_HAND_OFFS_HERE = env_int("MCPLET_HAND_OFFS_HERE", 8, minimum=0)
 # How long a server's form elicitation (`elicitation/create` during a call) waits for a person
 # before the host declines it. The worker thread and the server's MCP session wait that long.
 MCPLET_ELICITATION_WAIT = env_int("MCPLET_ELICITATION_WAIT", 120, minimum=1)

@@ -1,15 +1,19 @@
 """A run's hand-off (`Agent.hands_off_to`): its target comes with the run's agent, as the
 delivery read it from the kept registry, and its own delivery checks it again against the
-registry as it is then — a target disabled meanwhile is refused there, and nothing runs."""
+registry as it is then — a target disabled meanwhile is refused there, and nothing runs. The
+worker whose task ended the run delivers the hand-off itself, after its commit (no broker
+between the hops), up to MCPLET_HAND_OFFS_HERE in a row."""
 
 import pytest
 from django.db import connection
+from django.db.models.signals import post_save
 from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
 from agents import runner
 from agents.models import Agent, AgentRun
+from agents.tasks import deliver
 from mcplet_host import registry as kept_registry
 from mcplet_host.celery import app
 from mcplet_host.models import AuditEvent
@@ -67,3 +71,61 @@ def test_a_target_disabled_while_its_sender_ran_is_refused_at_its_delivery(chain
     assert hand_off.state == A2AMessage.State.REFUSED
     assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
     assert calls() == []  # planning never ran: its server saw nothing
+
+
+@pytest.fixture
+def no_worker():
+    """Tasks are not run at once: what is queued to the broker stays there, and the test calls
+    the worker's agents.deliver task itself."""
+    app.conf.task_always_eager = False
+
+
+def _delivered_by_a_worker(request):
+    deliver(str(request.message_id), request.signature)
+
+
+def test_the_worker_that_ends_a_run_delivers_its_hand_off(chain, calls, no_worker):
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    _delivered_by_a_worker(request)
+
+    run = AgentRun.objects.get(agent__agent_id="planning-agent")
+    assert (run.status, run.result) == (AgentRun.Status.SUCCESS, {"plan": "dessert"})
+    assert run.authority.chain == ("director", "info-gathering-agent")
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    assert hand_off.state == A2AMessage.State.ANSWERED
+    assert [c["arguments"] for c in calls("query_crm")] == [{"filter": "rain"}]
+
+
+def test_with_no_hand_offs_here_the_hand_off_waits_for_the_broker(
+    chain, calls, settings, no_worker
+):
+    settings.MCPLET_HAND_OFFS_HERE = 0
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    _delivered_by_a_worker(request)
+
+    assert AgentRun.objects.get(agent__agent_id="info-gathering-agent").is_final
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    assert hand_off.state == A2AMessage.State.QUEUED
+    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+    assert calls() == []
+
+
+def test_a_hand_off_delivered_here_is_checked_as_the_broker_s_would_be(chain, calls, no_worker):
+    def disable_planning(sender, instance, created, **kwargs):  # an operator, meanwhile
+        if created and instance.sender_id == "info-gathering-agent":
+            Agent.objects.filter(agent_id="planning-agent").update(enabled=False)
+
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    post_save.connect(disable_planning, sender=A2AMessage)
+    try:
+        _delivered_by_a_worker(request)
+    finally:
+        post_save.disconnect(disable_planning, sender=A2AMessage)
+
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    refused = AuditEvent.objects.get(event_type="a2a.message.refused")
+    assert refused.details["messageId"] == str(hand_off.message_id)
+    assert "'planning-agent' is disabled" in refused.details["reason"]
+    assert hand_off.state == A2AMessage.State.REFUSED
+    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+    assert calls() == []

@@ -46,6 +46,7 @@ NEXT = "tests/passkey/test_register_next.py::"
 PUSH = "tests/a2a/test_push_configs.py::"
 KEPT = "tests/a2a/test_partner_kept.py::"
 APPROVER = "tests/passkey/test_approver_kept.py::"
+HAND = "tests/agents/test_hand_off.py::"
 
 BREAKS = [
     Break(
@@ -332,6 +333,22 @@ BREAKS = [
         r'\(select := statement\.insert\.as_select\("guard"\)\)',
         '(select := statement.insert.as_select("(SELECT 1) AS unguarded"))',
         [BUS + "test_a_refused_request_delivered_again_once_it_would_pass_runs_nothing"],
+    ),
+    Break(  # a hand-off delivered here trusted as its sender's run read it: no checks
+        "hand-off-here-unchecked",
+        "agents/tasks.py",
+        r"^                _deliver\(message_id, signature\)$",
+        "                r = A2AMessage.objects.get(message_id=message_id)\n"
+        "                runner.advance_started(runner.start(r, AgentRun.agent.field"
+        ".related_model.objects.get(agent_id=r.recipient_id)))",
+        [HAND + "test_a_hand_off_delivered_here_is_checked_as_the_broker_s_would_be"],
+    ),
+    Break(  # hand-offs delivered here whatever the limit
+        "hand-offs-here-unlimited",
+        "a2a/bus.py",
+        r" and _hand_offs\.taken < settings\.MCPLET_HAND_OFFS_HERE",
+        "",
+        [HAND + "test_with_no_hand_offs_here_the_hand_off_waits_for_the_broker"],
     ),
 ]
 
