@@ -46,19 +46,28 @@ def _columns(body):
     }
 
 
-def post(message, authority, *, external=False, hand_off=False):
-    """Persist and sign a task request acting with `authority`, then hand it to a worker
-    (after the commit): a run's `hand_off` to this worker, if it delivers hand-offs here."""
+def request_values(message, authority, *, external=False):
+    """The row of a task request acting with `authority`: validated, and signed with it."""
     validate("task-request", message)
     provenance = authority.to_json()
-    row = kept.create(
-        A2AMessage,
+    return {
         **_columns(message),
-        type=A2AMessage.Type.TASK_REQUEST,
-        external=external,
-        provenance=provenance,
-        signature=messages.sign(_signed(message, provenance), signing_key()),
-    )
+        "type": A2AMessage.Type.TASK_REQUEST,
+        "external": external,
+        "provenance": provenance,
+        "signature": messages.sign(_signed(message, provenance), signing_key()),
+    }
+
+
+def post(message, authority, *, external=False):
+    """Persist and sign a task request acting with `authority`, then hand it to a worker
+    (after the commit)."""
+    return posted(kept.create(A2AMessage, **request_values(message, authority, external=external)))
+
+
+def posted(row, *, hand_off=False):
+    """Once a task request's row is inserted: it goes to a worker after the commit (a run's
+    `hand_off` to this worker, if it delivers hand-offs here)."""
     args = [str(row.message_id), row.signature]
     transaction.on_commit(lambda: _deliver_after_commit(args, hand_off))
     metrics.bus_message("sent")
@@ -102,31 +111,18 @@ def _deliver_after_commit(args, hand_off):
         enqueue(DELIVER_TASK, args)
 
 
-def send_task(
-    sender_id,
-    recipient_id,
-    parameters,
-    *,
-    authority=HOST,
-    context_id=None,
-    history=None,
-    locale=None,
-    hand_off=False,
-):
+def send_task(sender_id, recipient_id, parameters, *, authority=HOST, **options):
     """A task from an agent of this host. `authority` is the sender's own (its run's, or the
-    host's for a Director or an operator); the message carries it with the sender appended."""
-    return post(
-        messages.task_request(
-            sender_id,
-            recipient_id,
-            parameters,
-            context_id=context_id,
-            history=history,
-            locale=locale,
-        ),
-        authority.then(sender_id),
-        hand_off=hand_off,
-    )
+    host's for a Director or an operator); the message carries it with the sender appended.
+    `options`: the message's `context_id`, `history` and `locale`."""
+    values = task_values(sender_id, recipient_id, parameters, authority=authority, **options)
+    return posted(kept.create(A2AMessage, **values))
+
+
+def task_values(sender_id, recipient_id, parameters, *, authority=HOST, **options):
+    """The row of `send_task`'s request."""
+    message = messages.task_request(sender_id, recipient_id, parameters, **options)
+    return request_values(message, authority.then(sender_id))
 
 
 # A delivery naming a genuine request with another signature than the host gave it: someone

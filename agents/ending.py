@@ -1,7 +1,8 @@
 """A run's end (runner.finish) as one statement on PostgreSQL (mcplet_host.guarded): the run's
-conditional UPDATE, its task response, the request's `answered` mark and the audit event, where
-BEGIN … COMMIT took six round trips. The run's UPDATE comes first and takes its row's lock: an
-operator's cancel racing it waits, or is waited for, and the loser changes nothing."""
+conditional UPDATE, its task response, the request's `answered` mark, the audit event and the
+hand-off's request, where BEGIN … COMMIT took six or seven round trips. The run's UPDATE comes
+first and takes its row's lock: an operator's cancel racing it waits, or is waited for, and the
+loser changes nothing."""
 
 from django.db.models.constants import OnConflict
 
@@ -48,12 +49,21 @@ def hands_off(run, status):
     return None
 
 
+def hand_off_values(run, target):
+    """The row of the run's hand-off: its result, the next task of its context, to `target`,
+    acting with the run's authority."""
+    sender = run.agent.agent_id
+    return bus.task_values(
+        sender, target.agent_id, run.result, authority=run.authority, context_id=run.context_id
+    )
+
+
 def in_one_statement(run, status, result, error):
     """`runner.finish` in one statement: True, or False if the run had ended already. None
     where finish takes its general path: not on PostgreSQL, a run with no request to answer,
-    one that may have held a call (its end looks for it) or that hands off (a second row)."""
+    or one that may have held a call (its end looks for it)."""
     request = run.request
-    if request is None or run.may_have_held or hands_off(run, status) is not None:
+    if request is None or run.may_have_held:
         return None
     if not guarded.one_statement(AgentRun):
         return None
@@ -64,8 +74,15 @@ def in_one_statement(run, status, result, error):
         mark = {"state": A2AMessage.State.ANSWERED}
         answered = guarded.Guard(A2AMessage, {"pk": request.pk}, mark)
     events = [finished_event(run, status, error)]
+    target = hands_off(run, status)
     then = guarded.Then(
-        A2AMessage, response, OnConflict.IGNORE, answered, audit.APPEND, audit.in_statement(events)
+        A2AMessage,
+        response,
+        OnConflict.IGNORE,
+        answered,
+        audit.APPEND,
+        audit.in_statement(events),
+        also=target and (A2AMessage, hand_off_values(run, target)),
     )
     ending = guarded.Guard(AgentRun, {"pk": run.pk}, values, {"status__in": AgentRun.FINAL})
     try:
@@ -77,5 +94,7 @@ def in_one_statement(run, status, result, error):
         return False
     signals.saved(run)  # as AgentRun.end: the dashboard's live view hears it
     metrics.run_finished(status)
-    audit.appended(events, outcome[1])
+    audit.appended(events, outcome.called)
+    if outcome.also is not None:
+        bus.posted(outcome.also, hand_off=True)
     return True

@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from a2a import bus
+from a2a.models import A2AMessage
 from agents import ending, llm, remote, transcript
 from agents.models import AgentRun
 from agents.toolset import Toolset
@@ -448,14 +449,8 @@ def finish(run, status, *, result=None, error=None):
             bus.respond(run.request, status, **ending.answer(run, status, error))
         audit.record_many([ending.finished_event(run, status, error)])
         if (target := ending.hands_off(run, status)) is not None:
-            bus.send_task(
-                run.agent.agent_id,
-                target.agent_id,
-                run.result,
-                authority=run.authority,
-                context_id=run.context_id,
-                hand_off=True,
-            )
+            hand_off = kept.create(A2AMessage, **ending.hand_off_values(run, target))
+            bus.posted(hand_off, hand_off=True)
     return True
 
 

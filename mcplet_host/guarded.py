@@ -1,10 +1,10 @@
 """Writes that depend on an UPDATE, as one statement on PostgreSQL (design.md, "Kept
 statements"): a request marked delivered and its run created; a run ended, its response, the
-request's `answered` mark and its audit event. Each is a kept shape (`mcplet_host.kept`) whose
-pieces Django compiled, joined by a data-modifying WITH: one round trip and its own transaction
-outside one, where BEGIN, each statement and COMMIT took one each. The guard's UPDATE takes
-its row's lock first, so a concurrent copy waits for it, then finds the row changed and does
-nothing else."""
+request's `answered` mark, its audit event and its hand-off's request. Each is a kept shape
+(`mcplet_host.kept`) whose pieces Django compiled, joined by a data-modifying WITH: one round
+trip and its own transaction outside one, where BEGIN, each statement and COMMIT took one each.
+The guard's UPDATE takes its row's lock first, so a concurrent copy waits for it, then finds the
+row changed and does nothing else."""
 
 import re
 from typing import NamedTuple
@@ -27,7 +27,8 @@ class Guard(NamedTuple):
 
 class Then(NamedTuple):
     """What `updated_then` does once its guard changed its row: insert `model(**values)`
-    (`on_conflict`), then `mark` if that row was inserted; and call `function`, if any, a
+    (`on_conflict`), then `mark` if that row was inserted; insert `also`, a second row
+    (`(model, values)`), whatever the first's conflict; and call `function`, if any, a
     set-returning SQL function of one jsonb argument, with `argument` (JSON text)."""
 
     model: type
@@ -36,6 +37,16 @@ class Then(NamedTuple):
     mark: Guard | None = None
     function: str | None = None
     argument: str | None = None
+    also: tuple | None = None
+
+
+class Done(NamedTuple):
+    """What `updated_then` wrote: its row (None if a conflict left it out), `also`'s row, and
+    the rows its function returned."""
+
+    created: object
+    also: object
+    called: list
 
 
 class NotKept(Exception):
@@ -52,7 +63,7 @@ def create_if_updated(guard, model, **values):
         except NotKept:
             pass
         else:
-            return outcome and outcome[0]
+            return outcome and outcome.created
     with transaction.atomic(using=router.db_for_write(model)):
         if not kept.update(guard.model, guard.where, guard.values, guard.exclude):
             return None
@@ -65,29 +76,34 @@ def one_statement(model):
 
 
 def updated_then(guard, then):
-    """None if the `guard` changed no row; else (the row `then` inserted, or None if a
-    conflict left it out; the rows its function returned), from one statement:
+    """None if the `guard` changed no row; else what `then` wrote (Done), from one statement:
 
         WITH guard AS (UPDATE … RETURNING 1 AS one),
              created AS (INSERT … SELECT … FROM guard … RETURNING …),
-             marked AS (UPDATE … AND EXISTS (SELECT 1 FROM created))
-        SELECT created.*, called.* FROM guard LEFT JOIN created ON true
+             marked AS (UPDATE … AND EXISTS (SELECT 1 FROM created)),
+             also AS (INSERT … SELECT … FROM guard RETURNING …)
+        SELECT created.*, also.*, called.* FROM guard LEFT JOIN created ON true
+            LEFT JOIN also ON true
             LEFT JOIN LATERAL function(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called
 
     The function, if any, is called once per row of `guard`: never if it changed none (without
     one the SELECT ends at `created`). PostgreSQL only
     (`one_statement`); NotKept for a shape Django binds otherwise."""
     obj = kept.new(then.model, then.values)
+    also = kept.new(*then.also) if then.also else None
     db = router.db_for_write(then.model, instance=obj)
     connection = connections[db]
-    if kept.expressions(guard.values, then.values, then.mark.values if then.mark else {}):
+    marking = then.mark.values if then.mark else {}
+    if kept.expressions(guard.values, then.values, marking, then.also[1] if also else {}):
         raise NotKept(then.model)
     key = ("updated_then", _shape(guard), then.model, obj.pk is None, then.on_conflict)
-    key += (then.mark and _shape(then.mark), then.function)
-    statement = kept.compiled(connection, key, lambda: _Then.compile(guard, then, obj, connection))
+    key += (then.mark and _shape(then.mark), then.function, also and (type(also), also.pk is None))
+    statement = kept.compiled(
+        connection, key, lambda: _Then.compile(guard, then, (obj, also), connection)
+    )
     if statement is kept.NOT_KEPT:
         raise NotKept(then.model)
-    return statement.run(guard, then, obj, connection, db)
+    return statement.run(guard, then, (obj, also), connection, db)
 
 
 def _shape(guard):
@@ -103,45 +119,74 @@ def _bind(update, guard, connection):
     return update.bind(guard.where, guard.values, guard.exclude or {}, connection)
 
 
+def _from_guard(insert):
+    """`insert`'s SQL with its values selected from the guard's row, and the width of what it
+    returns (at least one column: a row left out reads as NULLs), or None."""
+    if insert is kept.NOT_KEPT or not (select := insert.as_select("guard")):
+        return None
+    if not insert.returning:
+        return f"{select} RETURNING 1", 1
+    return select, len(insert.returning)
+
+
 class _Then:
     @classmethod
-    def compile(cls, guard, then, obj, connection):
+    def compile(cls, guard, then, objs, connection):
         if then.function and not re.fullmatch(r"[a-z_][a-z0-9_]*", then.function):
             return kept.NOT_KEPT
+        obj, also = objs
         statement = cls()
         statement.insert = kept.compiled_insert(obj, connection, then.on_conflict)
+        statement.also = kept.compiled_insert(also, connection, None) if also else None
         statement.guard = _compile(guard, connection)
         statement.mark = _compile(then.mark, connection) if then.mark else None
-        parts = (statement.insert, statement.guard, statement.mark)
-        if kept.NOT_KEPT in parts or not (select := statement.insert.as_select("guard")):
+        created, added = _from_guard(statement.insert), also and _from_guard(statement.also)
+        if (
+            kept.NOT_KEPT in (statement.guard, statement.mark)
+            or not created
+            or (also and not added)
+        ):
             return kept.NOT_KEPT
-        statement.width = len(statement.insert.returning)
-        if not statement.width:
-            select, statement.width = f"{select} RETURNING 1", 1
+        (select, statement.width), widths = created, [created[1]]
         with_ = [f"guard AS ({statement.guard.sql} RETURNING 1 AS one)", f"created AS ({select})"]
+        rows, joins = ["created.*"], ["FROM guard LEFT JOIN created ON true"]
         if statement.mark:
             marked = f"{statement.mark.sql} AND EXISTS (SELECT 1 FROM created)"  # noqa: S608
             with_.append(f"marked AS ({marked})")
-        rows = f"WITH {', '.join(with_)} SELECT created.*"  # noqa: S608
-        statement.sql = f"{rows} FROM guard LEFT JOIN created ON true"
+        if added:
+            with_.append(f"also AS ({added[0]})")
+            rows.append("also.*")
+            joins.append("LEFT JOIN also ON true")
+            widths.append(added[1])
         if then.function:
-            statement.sql = (
-                f"{rows}, called.* FROM guard LEFT JOIN created ON true LEFT JOIN LATERAL "
-                f"{then.function}(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called ON true"
+            rows.append("called.*")
+            joins.append(
+                f"LEFT JOIN LATERAL {then.function}"
+                "(CASE WHEN guard.one = 1 THEN %s::jsonb END) AS called ON true"
             )
+        statement.widths = widths
+        statement.sql = f"WITH {', '.join(with_)} SELECT {', '.join(rows)} {' '.join(joins)}"
         return statement
 
-    def run(self, guard, then, obj, connection, db):
+    def run(self, guard, then, objs, connection, db):
+        obj, also = objs
         params = _bind(self.guard, guard, connection) + self.insert.params(obj, connection, db)
         if self.mark:
             params += _bind(self.mark, then.mark, connection)
+        if also:
+            params += self.also.params(also, connection, db)
         with transaction.mark_for_rollback_on_error(using=db), connection.cursor() as cursor:
             cursor.execute(self.sql, [*params, then.argument] if then.function else params)
             rows = cursor.fetchall()
         if not rows:
             return None
-        created = rows[0][: len(self.insert.returning)]
-        inserted = self.insert.inserted(obj, None if rows[0][0] is None else created, db)
-        called = [row[self.width :] for row in rows]
+        inserts = [(self.insert, obj), *([(self.also, also)] if also else [])]
+        saved, start = [], 0
+        for (insert, new), width in zip(inserts, self.widths, strict=True):
+            returned = rows[0][start : start + len(insert.returning)]
+            inserted = insert.inserted(new, None if rows[0][start] is None else returned, db)
+            saved.append(new if inserted else None)
+            start += width
+        called = [row[start:] for row in rows]
         called = [row for row in called if any(v is not None for v in row)]
-        return (obj if inserted else None), called
+        return Done(saved[0], saved[1] if also else None, called)

@@ -92,3 +92,46 @@ def test_a_request_refused_meanwhile_keeps_its_answer_and_the_run_still_ends(sta
     assert AgentRun.objects.get(pk=run.pk).status == AgentRun.Status.SUCCESS
     assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
     assert audit.verify_chain()[1] is None
+
+
+@pytest.fixture
+def hands_off(registry, director):
+    """As `started`, for an agent that hands its result off to planning."""
+    info = registry["info"]
+    info.hands_off_to = registry["planning"]
+    info.save()
+    app.conf.task_always_eager = False
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    return request, runner.start(request, info)
+
+
+def test_a_run_that_hands_off_ends_in_one_statement_with_its_hand_off(hands_off):
+    request, run = hands_off
+    done, queries, heard = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+
+    assert done is True
+    if connection.vendor == "postgresql":
+        assert [q.split()[:3] for q in queries] == [["WITH", "guard", "AS"]]
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    assert hand_off.recipient_id == "planning-agent"
+    assert hand_off.state == A2AMessage.State.QUEUED  # no worker: it waits in the broker
+    assert hand_off.body["payload"]["parameters"] == {"analysis": "rain"}
+    assert str(hand_off.context_id) == str(request.context_id)
+    assert hand_off.authority.chain == ("director", "info-gathering-agent")
+    assert bus.authenticate(str(hand_off.message_id), hand_off.signature) == (hand_off, "")
+    assert heard.count(("A2AMessage", True)) == 2  # the response and the hand-off
+    assert A2AMessage.objects.get(pk=request.pk).state == A2AMessage.State.ANSWERED
+    assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
+    assert audit.verify_chain()[1] is None
+
+
+def test_a_run_ended_already_hands_off_nothing(hands_off):
+    _, run = hands_off
+    late = AgentRun.objects.get(pk=run.pk)
+    assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "first"}) is True
+
+    done, _, heard = ended(late, AgentRun.Status.SUCCESS, result={"analysis": "late"})
+
+    assert done is False and heard == []
+    [hand_off] = A2AMessage.objects.filter(type="task_request", sender_id="info-gathering-agent")
+    assert hand_off.body["payload"]["parameters"] == {"analysis": "first"}

@@ -301,9 +301,11 @@ def test_a_result_nobody_approved_in_time_times_out(registry, director, script):
     assert not AgentRun.objects.filter(agent=dispatch).exists()
 
 
-def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director):
+@pytest.mark.parametrize("held", [False, True], ids=["in-one-statement", "in-a-transaction"])
+def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director, held):
     """The operator's cancel lands between the worker's last LLM turn and its end: the cancel
-    stands, and the worker's late success sends no second response and no hand-off."""
+    stands, and the worker's late success sends no second response and no hand-off — whether
+    it ends in one statement or, having held a call, in finish's transaction."""
     info = registry["info"]
     info.hands_off_to = registry["planning"]
     info.save()
@@ -311,6 +313,7 @@ def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director
     request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
     run = runner.start(request, info)
     workers_copy = AgentRun.objects.get(pk=run.pk)
+    workers_copy.may_have_held = held
 
     assert runner.cancel(run, "Cancelled by an operator.")
     assert not runner.finish(workers_copy, AgentRun.Status.SUCCESS, result={"analysis": "late"})
