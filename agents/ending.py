@@ -61,9 +61,11 @@ def hand_off_values(run, target):
 def in_one_statement(run, status, result, error):
     """`runner.finish` in one statement: True, or False if the run had ended already. None
     where finish takes its general path: not on PostgreSQL, a run with no request to answer,
-    or one that may have held a call (its end looks for it)."""
+    or one that left a held call pending (its end rejects it). Only the run's worker ends it
+    here: no one else holds a call for the run meanwhile, so the look comes first (an
+    operator's cancel ends it in a transaction)."""
     request = run.request
-    if request is None or run.may_have_held:
+    if request is None or run.pending_calls().exists():
         return None
     if not guarded.one_statement(AgentRun):
         return None

@@ -79,7 +79,7 @@ def advance(run_id):
     owner = secrets.token_hex(8)
     while AgentRun.claim(run_id, owner):  # else finished, waiting, or another worker holds it
         # Read once the lease is ours: whatever the worker before us saved is in it.
-        run = AgentRun.objects.select_related("agent__hands_off_to", "request").get(pk=run_id)
+        run = kept.get_related(AgentRun, ("agent__hands_off_to", "request"), pk=run_id)
         if not _advance_leased(run, owner):
             return
 
@@ -145,6 +145,7 @@ def resume(ceremony_id, ref):
 class Loop:
     def __init__(self, run):
         self.run, self.agent = run, run.agent
+        self.approval = None  # the result's approval, once read
 
     # --- the state machine ---------------------------------------------------------------------
 
@@ -257,7 +258,7 @@ class Loop:
         run = self.run
         for place, call in transcript.unanswered(run.transcript):
             ref = f"{run.pk}:{place}"
-            ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
+            ceremony = next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)  # one, if any
             if ceremony is not None:  # this call was held: its outcome, or keep waiting
                 if not ceremony.is_final:
                     return self._wait(ceremony)
@@ -315,7 +316,7 @@ class Loop:
             if "outcome" in action:
                 continue
             ref = f"{run.pk}:action-{index}"
-            ceremony = Ceremony.objects.filter(continuation_ref=ref).first()
+            ceremony = next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)  # one, if any
             if ceremony is None:
                 self.run.may_hold()
                 outcome = gateway.call_tool(
@@ -342,27 +343,26 @@ class Loop:
 
     # --- the end -------------------------------------------------------------------------------
 
-    def _result_approval(self):
-        return Ceremony.objects.filter(continuation_ref=f"{self.run.pk}:result").first()
-
     def _await_result_approval(self):
         """A result that needs a person's approval waits for it, proposed actions and all (none
         has run yet). True while it waits, or when it was declined (the run has ended)."""
         run, agent = self.run, self.agent
         if not agent.result_needs_approval:
             return False
-        ceremony = self._result_approval()
+        ref = f"{run.pk}:result"
+        ceremony = next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)  # one, if any
         if ceremony is None:
             asker = Asker(
                 agent.agent_id,
                 run.authority,
                 trace_id=run.context_id,
                 continuation=RESUME_TASK,
-                continuation_ref=f"{run.pk}:result",
+                continuation_ref=ref,
             )
             prompt = agent.approval_prompt or f"Approve the result of {agent.display_name}"
             self.run.may_hold()
             ceremony = held_result.hold(asker, run.result, prompt)
+        self.approval = ceremony
         if not ceremony.is_final:
             return self._wait(ceremony)
         if ceremony.status != Ceremony.Status.EXECUTED:
@@ -380,7 +380,7 @@ class Loop:
             result["actions"] = run.actions
             result["dispatched"] = {"succeeded": len(done), "failed": len(run.actions) - len(done)}
         if self.agent.result_needs_approval:
-            result["approvedAt"] = self._result_approval().result["approvedAt"]
+            result["approvedAt"] = self.approval.result["approvedAt"]
         status, error = _dispatch_outcome(run.actions)
         finish(run, status, result=result, error=error)
 
@@ -440,6 +440,12 @@ def finish(run, status, *, result=None, error=None):
     other end changes nothing (returns False)."""
     if (ended := ending.in_one_statement(run, status, result, error)) is not None:
         return ended
+    return _finish_in_transaction(run, status, result, error)
+
+
+def _finish_in_transaction(run, status, result, error):
+    """`finish` as one transaction: the run's row locked by its UPDATE first, then what it
+    left pending looked for and rejected."""
     with transaction.atomic():
         if not run.end(status, result=result, error=error):
             return False
@@ -462,9 +468,10 @@ def cancel(run, reason="Cancelled by an operator."):
     # its end looks for pending calls whatever the copy says.
     run.may_have_held = True
     # One transaction: the rejected call's continuation runs after the run has ended, so it
-    # finds nothing left to do (it would otherwise end the run first, as a rejection).
+    # finds nothing left to do (it would otherwise end the run first, as a rejection). Its end
+    # locks the run's row before it looks for pending calls: a worker may hold one meanwhile.
     with transaction.atomic():
         if run.waiting_for is not None and not run.waiting_for.is_final:
             run.waiting_for.decline(Ceremony.Status.REJECTED)
         error = {"message": reason, "code": "X_CANCELLED"}
-        return finish(run, AgentRun.Status.CANCELLED, error=error)
+        return _finish_in_transaction(run, AgentRun.Status.CANCELLED, None, error)

@@ -10,9 +10,11 @@ checkpointer, on the same PostgreSQL, in one run (issue 26).
 Ours: `bench-sender` sends a task to agent A; A, B and C are handler agents with no LLM work
 (`bench.common.Echo`), A hands off to B and B to C (`Agent.hands_off_to`, the host's own
 chain). Each hop is a signed, persisted A2A task request delivered by a real Celery worker
-subprocess (`agents.deliver`: authenticate, an AgentRun, the handler, one commit for the run's
-end, its response, its audit event and the next hop's request); it keeps its database
-connections across tasks (DB_CONN_MAX_AGE=60) as compose's workers do, and LangGraph its own.
+subprocess (`agents.deliver`: authenticate, an AgentRun, the handler, one statement for the
+run's end, its response, its audit event and the next hop's request); the worker delivers the
+hand-offs of the task's runs itself (MCPLET_HAND_OFFS_HERE; 0 sends each through the broker). It
+keeps its database connections across tasks (DB_CONN_MAX_AGE=60) as compose's workers do, and
+LangGraph its own.
 A chain is done when C's response is committed; the worker pushes its context id to Redis after
 the commit and this process BLPOPs it (bench/bus.py's rig, reused).
 

@@ -21,6 +21,7 @@ from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Model, signals, sql
 from django.db.models.constants import LOOKUP_SEP, OnConflict
+from django.db.models.query import get_related_populators
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,16 @@ NOT_KEPT = object()
 
 def get(model, **where):
     """`model.objects.get(**where)` for lookups of a unique key (at most one row)."""
-    statement, connection = _select(model, where, unique=True)
+    return get_related(model, (), **where)
+
+
+def get_related(model, related, **where):
+    """`model.objects.select_related(*related).get(**where)`: the related rows come with it,
+    in the one statement."""
+    statement, connection = _select(model, where, unique=True, related=related)
     if statement is NOT_KEPT:
-        return model._default_manager.db_manager(connection.alias).get(**where)
+        manager = model._default_manager.db_manager(connection.alias)
+        return (manager.select_related(*related) if related else manager).get(**where)
     found = statement.rows(where, connection)
     if not found:
         name = model._meta.object_name
@@ -52,10 +60,12 @@ def rows(model, **where):
     return statement.rows(where, connection)
 
 
-def _select(model, where, unique):
+def _select(model, where, unique, related=()):
     connection = connections[router.db_for_read(model)]
-    key = ("get" if unique else "rows", model, _shape(where))
-    statement = compiled(connection, key, lambda: _Select.compile(model, where, connection, unique))
+    key = ("get" if unique else "rows", model, _shape(where), tuple(related))
+    statement = compiled(
+        connection, key, lambda: _Select.compile(model, where, connection, unique, related)
+    )
     return statement, connection
 
 
@@ -211,8 +221,10 @@ class _Statement:
 
 class _Select(_Statement):
     @classmethod
-    def compile(cls, model, where, connection, unique):
+    def compile(cls, model, where, connection, unique, related):
         queryset = _queryset(model, where, None, connection.alias)
+        if related:
+            queryset = queryset.select_related(*related)
         if unique:  # as QuerySet.get(), with a limit of 2: more than one row is an error
             queryset = queryset.order_by()[:2]
         compiler = queryset.query.get_compiler(connection=connection)
@@ -221,23 +233,27 @@ class _Select(_Statement):
         except EmptyResultSet:  # an empty IN: Django answers without asking the database
             return NOT_KEPT
         klass_info = compiler.klass_info
-        if compiler.annotation_col_map or klass_info.get("related_klass_infos"):
+        joined = bool(klass_info.get("related_klass_infos"))
+        if compiler.annotation_col_map or joined != bool(related):
             return NOT_KEPT
         statement = cls(model, sql_text, sorted(where), (), ())
         fields = klass_info["select_fields"]
         statement.columns = slice(fields[0], fields[-1] + 1)
         statement.init_list = [f[0].target.attname for f in compiler.select[statement.columns]]
         statement.compiler = compiler  # its converters, for the rows read
+        statement.populators = get_related_populators(klass_info, compiler.select, connection.alias)
         return cls.checked(statement, params, where, {}, {}, connection)
 
     def rows(self, where, connection):
         with connection.cursor() as cursor:
             cursor.execute(self.sql, self.bind(where, {}, {}, connection))
             found = cursor.fetchall()
-        return [
-            self.model.from_db(connection.alias, self.init_list, row[self.columns])
-            for row in self.compiler.results_iter(results=[found])
-        ]
+        objs = []
+        for row in self.compiler.results_iter(results=[found]):
+            objs.append(self.model.from_db(connection.alias, self.init_list, row[self.columns]))
+            for populator in self.populators:  # as QuerySet's ModelIterable
+                populator.populate(row, objs[-1])
+        return objs
 
 
 class _Update(_Statement):

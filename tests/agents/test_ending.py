@@ -135,3 +135,17 @@ def test_a_run_ended_already_hands_off_nothing(hands_off):
     assert done is False and heard == []
     [hand_off] = A2AMessage.objects.filter(type="task_request", sender_id="info-gathering-agent")
     assert hand_off.body["payload"]["parameters"] == {"analysis": "first"}
+
+
+def test_a_run_that_held_calls_decided_since_ends_in_one_statement_after_a_look(started):
+    """A run that may have held a call looks for what it left pending first; none (each was
+    decided), and its end is the one statement (one left pending: test_lease_window)."""
+    _, run = started
+    run.may_hold()
+    done, queries, _ = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+
+    assert done is True
+    assert "passkey_ceremony" in queries[0]
+    if connection.vendor == "postgresql":
+        assert [q.split()[:3] for q in queries[1:]] == [["WITH", "guard", "AS"]]
+    assert AgentRun.objects.get(pk=run.pk).status == AgentRun.Status.SUCCESS

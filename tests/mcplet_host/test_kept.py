@@ -73,6 +73,38 @@ def test_a_row_read_by_a_kept_get_is_the_row_the_orm_reads():
     assert by_str.pk == rows[0].pk
 
 
+def _as_read(obj, depth=3):
+    """An instance's columns, the related rows it holds (each as read, to `depth`; a reverse
+    one-to-one holds its way back), and its state."""
+    if not depth or obj is None:
+        return obj and obj.pk
+    held = obj._state.fields_cache
+    return (
+        {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields},
+        {name: _as_read(related, depth - 1) for name, related in held.items()},
+        (obj._state.db, obj._state.adding),
+    )
+
+
+def test_a_kept_get_with_related_rows_reads_them_as_the_orms_select_related(agents):
+    agents["info"].hands_off_to = agents["plan"]
+    agents["info"].save()
+    request = message()
+    runs = [
+        AgentRun.objects.create(agent=agents["info"], request=request, provenance={}),
+        AgentRun.objects.create(agent=agents["plan"], provenance={}),  # no request, no target
+    ]
+    related = ("agent__hands_off_to", "request")
+    for _ in range(2):  # compiled at the first call, bound at the second
+        for run in runs:
+            ours, queries = sent(kept.get_related, AgentRun, related, pk=run.pk)
+            orms = AgentRun.objects.select_related(*related).get(pk=run.pk)
+            assert _as_read(ours) == _as_read(orms)
+            assert len(queries) == 1 and "JOIN" in queries[0]
+    with pytest.raises(AgentRun.DoesNotExist):
+        kept.get_related(AgentRun, related, pk=uuid.uuid4())
+
+
 def test_a_kept_get_refuses_as_the_orm_does():
     with pytest.raises(A2AMessage.DoesNotExist):
         kept.get(A2AMessage, message_id=uuid.uuid4(), type=A2AMessage.Type.TASK_REQUEST)
