@@ -17,12 +17,25 @@ from mcplet_host.models import AuditEvent
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager")]
 
 
+def _started(agent):
+    app.conf.task_always_eager = False  # the worker is this test
+    request = bus.send_task("director", agent.agent_id, {"store": "shinjuku"})
+    return request, runner.start(request, agent)
+
+
 @pytest.fixture
 def started(registry, director):
     """A delivered request and its run, as a worker holds it before its end."""
-    app.conf.task_always_eager = False  # the worker is this test
-    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
-    return request, runner.start(request, registry["info"])
+    return _started(registry["info"])
+
+
+@pytest.fixture
+def hands_off(registry, director):
+    """As `started`, for an agent that hands its result off to planning."""
+    info = registry["info"]
+    info.hands_off_to = registry["planning"]
+    info.save()
+    return _started(info)
 
 
 def ended(run, status, **outcome):
@@ -40,15 +53,18 @@ def ended(run, status, **outcome):
     return done, [q["sql"] for q in captured.captured_queries], heard
 
 
+def one_statement(queries):
+    """Whether `queries` are the end's one statement (PostgreSQL) or a transaction."""
+    if connection.vendor == "postgresql":
+        return [q.split()[:3] for q in queries] == [["WITH", "guard", "AS"]]
+    return "BEGIN" in queries[0] or "SAVEPOINT" in queries[0]
+
+
 def test_a_run_ends_in_one_statement_with_its_response_mark_and_audit_event(started):
     request, run = started
     done, queries, heard = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
 
-    assert done is True
-    if connection.vendor == "postgresql":
-        assert [q.split()[:3] for q in queries] == [["WITH", "guard", "AS"]]
-    else:
-        assert "BEGIN" in queries[0] or "SAVEPOINT" in queries[0]
+    assert done is True and one_statement(queries)
     read = AgentRun.objects.get(pk=run.pk)
     assert (read.status, read.result, read.lease_owner) == ("success", {"analysis": "rain"}, "")
     assert read.finished_at == run.finished_at
@@ -63,8 +79,8 @@ def test_a_run_ends_in_one_statement_with_its_response_mark_and_audit_event(star
     assert audit.verify_chain()[1] is None
 
 
-def test_an_ended_run_ends_no_second_time(started):
-    request, run = started
+def test_an_ended_run_ends_no_second_time(hands_off):
+    request, run = hands_off
     late = AgentRun.objects.get(pk=run.pk)
     assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "first"}) is True
 
@@ -73,6 +89,7 @@ def test_an_ended_run_ends_no_second_time(started):
     assert done is False and heard == []
     assert (late.status, late.result) == ("error", None)  # read again as it stands
     assert A2AMessage.objects.filter(reply_to=request.message_id).count() == 1
+    assert not A2AMessage.objects.filter(type="task_request", sender_id="info-gathering-agent")
     assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
     assert audit.verify_chain()[1] is None
 
@@ -94,24 +111,11 @@ def test_a_request_refused_meanwhile_keeps_its_answer_and_the_run_still_ends(sta
     assert audit.verify_chain()[1] is None
 
 
-@pytest.fixture
-def hands_off(registry, director):
-    """As `started`, for an agent that hands its result off to planning."""
-    info = registry["info"]
-    info.hands_off_to = registry["planning"]
-    info.save()
-    app.conf.task_always_eager = False
-    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
-    return request, runner.start(request, info)
-
-
 def test_a_run_that_hands_off_ends_in_one_statement_with_its_hand_off(hands_off):
     request, run = hands_off
     done, queries, heard = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
 
-    assert done is True
-    if connection.vendor == "postgresql":
-        assert [q.split()[:3] for q in queries] == [["WITH", "guard", "AS"]]
+    assert done is True and one_statement(queries)
     hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
     assert hand_off.recipient_id == "planning-agent"
     assert hand_off.state == A2AMessage.State.QUEUED  # no worker: it waits in the broker
@@ -125,18 +129,6 @@ def test_a_run_that_hands_off_ends_in_one_statement_with_its_hand_off(hands_off)
     assert audit.verify_chain()[1] is None
 
 
-def test_a_run_ended_already_hands_off_nothing(hands_off):
-    _, run = hands_off
-    late = AgentRun.objects.get(pk=run.pk)
-    assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "first"}) is True
-
-    done, _, heard = ended(late, AgentRun.Status.SUCCESS, result={"analysis": "late"})
-
-    assert done is False and heard == []
-    [hand_off] = A2AMessage.objects.filter(type="task_request", sender_id="info-gathering-agent")
-    assert hand_off.body["payload"]["parameters"] == {"analysis": "first"}
-
-
 def test_a_run_that_held_calls_decided_since_ends_in_one_statement_after_a_look(started):
     """A run that may have held a call looks for what it left pending first; none (each was
     decided), and its end is the one statement (one left pending: test_lease_window)."""
@@ -144,8 +136,5 @@ def test_a_run_that_held_calls_decided_since_ends_in_one_statement_after_a_look(
     run.may_hold()
     done, queries, _ = ended(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
 
-    assert done is True
-    assert "passkey_ceremony" in queries[0]
-    if connection.vendor == "postgresql":
-        assert [q.split()[:3] for q in queries[1:]] == [["WITH", "guard", "AS"]]
+    assert done is True and "passkey_ceremony" in queries[0] and one_statement(queries[1:])
     assert AgentRun.objects.get(pk=run.pk).status == AgentRun.Status.SUCCESS

@@ -53,6 +53,16 @@ def test_a_delivery_that_hands_off_reads_no_agent_row(chain, calls):
     assert read == []
 
 
+def assert_refused_at_its_delivery():
+    """The hand-off to planning was refused, audited, and planning has no run."""
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    refused = AuditEvent.objects.get(event_type="a2a.message.refused")
+    assert refused.details["messageId"] == str(hand_off.message_id)
+    assert "'planning-agent' is disabled" in refused.details["reason"]
+    assert hand_off.state == A2AMessage.State.REFUSED
+    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+
+
 def test_a_target_disabled_while_its_sender_ran_is_refused_at_its_delivery(chain, calls):
     info, _ = chain
     app.conf.task_always_eager = False  # the worker is this test until the sender ends
@@ -64,12 +74,7 @@ def test_a_target_disabled_while_its_sender_ran_is_refused_at_its_delivery(chain
     app.conf.task_always_eager = True
     assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
 
-    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
-    refused = AuditEvent.objects.get(event_type="a2a.message.refused")
-    assert refused.details["messageId"] == str(hand_off.message_id)
-    assert "'planning-agent' is disabled" in refused.details["reason"]
-    assert hand_off.state == A2AMessage.State.REFUSED
-    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+    assert_refused_at_its_delivery()
     assert calls() == []  # planning never ran: its server saw nothing
 
 
@@ -122,10 +127,5 @@ def test_a_hand_off_delivered_here_is_checked_as_the_broker_s_would_be(chain, ca
     finally:
         post_save.disconnect(disable_planning, sender=A2AMessage)
 
-    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
-    refused = AuditEvent.objects.get(event_type="a2a.message.refused")
-    assert refused.details["messageId"] == str(hand_off.message_id)
-    assert "'planning-agent' is disabled" in refused.details["reason"]
-    assert hand_off.state == A2AMessage.State.REFUSED
-    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+    assert_refused_at_its_delivery()
     assert calls() == []

@@ -301,15 +301,21 @@ def test_a_result_nobody_approved_in_time_times_out(registry, director, script):
     assert not AgentRun.objects.filter(agent=dispatch).exists()
 
 
-def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director):
-    """The operator's cancel lands between the worker's last LLM turn and its end: the cancel
-    stands, and the worker's late success sends no second response and no hand-off."""
+@pytest.fixture
+def handing_off(registry, director):
+    """A started run of info, which hands off to planning; the worker is the test."""
     info = registry["info"]
     info.hands_off_to = registry["planning"]
     info.save()
-    app.conf.task_always_eager = False  # the worker is this test: nothing is delivered
+    app.conf.task_always_eager = False  # nothing is delivered
     request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
-    run = runner.start(request, info)
+    return request, runner.start(request, info)
+
+
+def test_a_run_cancelled_while_a_worker_advances_it_ends_once(handing_off):
+    """The operator's cancel lands between the worker's last LLM turn and its end: the cancel
+    stands, and the worker's late success sends no second response and no hand-off."""
+    request, run = handing_off
     workers_copy = AgentRun.objects.get(pk=run.pk)
 
     assert runner.cancel(run, "Cancelled by an operator.")
@@ -324,15 +330,10 @@ def test_a_run_cancelled_while_a_worker_advances_it_ends_once(registry, director
     assert not runner.cancel(run)
 
 
-def test_a_cancel_from_a_copy_read_before_the_run_ended_changes_nothing(registry, director):
+def test_a_cancel_from_a_copy_read_before_the_run_ended_changes_nothing(handing_off):
     """The operator's page read the run while it ran, the worker ended it, then the cancel
     came: its end (in a transaction) finds the run ended, and changes nothing."""
-    info = registry["info"]
-    info.hands_off_to = registry["planning"]
-    info.save()
-    app.conf.task_always_eager = False  # the worker is this test: nothing is delivered
-    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
-    run = runner.start(request, info)
+    request, run = handing_off
     operators_copy = AgentRun.objects.get(pk=run.pk)
 
     assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})

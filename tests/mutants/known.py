@@ -341,7 +341,7 @@ BREAKS = [
         "mcplet_host/guarded.py",
         r'f"also AS \(\{added\[0\]\}\)"',
         "f\"also AS ({added[0].replace('FROM guard', 'FROM (SELECT 1) AS unguarded')})\"",
-        ["tests/agents/test_ending.py::test_a_run_ended_already_hands_off_nothing"],
+        ["tests/agents/test_ending.py::test_an_ended_run_ends_no_second_time"],
     ),
     Break(  # a run that held a call ends in one statement without looking for it first
         "held-end-without-the-look",
