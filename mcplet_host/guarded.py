@@ -147,7 +147,7 @@ class _Then:
             or (also and not added)
         ):
             return kept.NOT_KEPT
-        (select, statement.width), widths = created, [created[1]]
+        select, widths = created[0], [created[1]]
         with_ = [f"guard AS ({statement.guard.sql} RETURNING 1 AS one)", f"created AS ({select})"]
         rows, joins = ["created.*"], ["FROM guard LEFT JOIN created ON true"]
         if statement.mark:
