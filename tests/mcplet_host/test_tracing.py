@@ -14,6 +14,9 @@ from opentelemetry.sdk.trace import (
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from a2a import bus
+from a2a.models import A2AMessage
+from agents.tasks import deliver
 from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
@@ -283,3 +286,29 @@ def test_an_outgoing_a2a_call_carries_the_trace(traced):
         remote.server_close()
     (sent,) = heard
     assert sent.split("-")[1] == f"{span.get_span_context().trace_id:032x}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hand_off_delivered_by_the_worker_is_a_span_of_its_task(
+    traced, registry, director, script
+):
+    """The worker that ends a run delivers its hand-off itself: a `deliver hand-off` span in
+    the task's own trace, with the next agent's run inside it."""
+    info, planning = registry["info"], registry["planning"]
+    info.model = planning.model = script(
+        {"info-gathering-agent": [{"json": {"analysis": "rain"}}], "planning-agent": [{"json": {}}]}
+    )
+    info.hands_off_to = planning
+    info.save()
+    planning.save()
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    with tracing.span("run/agents.deliver") as task:  # the test is the worker
+        deliver(str(request.message_id), request.signature)
+
+    hand_off = A2AMessage.objects.get(type="task_request", sender_id="info-gathering-agent")
+    spans = spans_by_name(traced)
+    delivered, run = spans["deliver hand-off"], spans["invoke_agent planning-agent"]
+    assert delivered.attributes["messaging.message.id"] == str(hand_off.message_id)
+    assert delivered.parent.span_id == task.get_span_context().span_id
+    assert run.parent.span_id == delivered.context.span_id
+    assert run.context.trace_id == task.get_span_context().trace_id
