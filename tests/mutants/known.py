@@ -275,7 +275,7 @@ BREAKS = [
     ),
     Break(
         "run-ends-twice",
-        "agents/models.py",
+        "agents/models/run.py",
         r', exclude=\{"status__in": self\.FINAL\}',
         "",
         [
@@ -297,7 +297,7 @@ BREAKS = [
     ),
     Break(
         "hold-not-said-first",
-        "agents/models.py",
+        "agents/models/run.py",
         r"AgentRun\.objects\.filter\(pk=self\.pk\)\.update\(may_have_held=True\)",
         "pass",
         [

@@ -1,0 +1,184 @@
+"""A run of an agent (`Agent`): its durable state, its lease, its end."""
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from a2a.models import A2AMessage
+from agents.models.agent import Agent
+from held.models import Ceremony
+from mcplet_host import kept, signals
+from mcplet_host.authority import Authority
+
+
+class AgentRun(models.Model):
+    """The durable state of one agent run: the task, the LLM transcript, the tool calls and
+    their envelopes. A run waiting for an approval holds no worker; whichever worker picks it
+    up next continues from here."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+        SUCCESS = "success"
+        # The values are the A2A statuses (§18); the labels say what happened.
+        ERROR = "error", "Failed"
+        TIMEOUT = "timeout", "Timed out"
+        CANCELLED = "cancelled"  # by someone: an operator's cancel, an approver's Reject
+        PARTIAL = "partial"
+
+    FINAL = (Status.SUCCESS, Status.ERROR, Status.TIMEOUT, Status.CANCELLED, Status.PARTIAL)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Who the run acts for: the partner its workflow started for and the agents "
+        "before it (from its signed task request).",
+    )
+    request = models.OneToOneField(
+        A2AMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="run"
+    )
+    context_id = models.CharField(max_length=64, db_index=True)
+    otel_trace_id = models.CharField(
+        max_length=32,
+        blank=True,
+        editable=False,
+        help_text="The OpenTelemetry trace the run started in, when the host traces.",
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    parameters = models.JSONField(default=dict, blank=True)
+    transcript = models.JSONField(default=list, blank=True)
+    actions = models.JSONField(default=list, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    steps = models.PositiveIntegerField(default=0)
+    output_retries = models.PositiveSmallIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    # Tools its model found with the discovery meta-tools: in context for the rest of the run.
+    discovered_tools = models.JSONField(default=list, blank=True)
+    waiting_for = models.ForeignKey(
+        Ceremony, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Set, and committed, before the run lets the gateway hold anything for a person: its end
+    # looks for calls it left pending only then (runner.finish).
+    may_have_held = models.BooleanField(default=False, editable=False)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["status", "-started_at"])]
+
+    def __str__(self):
+        return f"{self.agent.agent_id} run {str(self.id)[:8]} ({self.status})"
+
+    @property
+    def is_final(self):
+        return self.status in self.FINAL
+
+    def traced(self):
+        """Its span's attributes (mcplet_host.tracing): the GenAI semantic conventions' for an
+        agent's run, and the host's own."""
+        return {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self.agent.agent_id,
+            "gen_ai.conversation.id": self.context_id,
+            "mcplet.run.id": str(self.pk),
+            "mcplet.partner": self.authority.partner,
+        }
+
+    @property
+    def authority(self):
+        return Authority.from_json(self.provenance)
+
+    @property
+    def total_tokens(self):
+        return self.prompt_tokens + self.completion_tokens
+
+    @staticmethod
+    def lease_end(now):
+        """When a lease taken at `now` runs out (a dead worker's lease simply expires)."""
+        return now + timedelta(seconds=settings.MCPLET_RUN_LEASE)
+
+    @classmethod
+    def claim(cls, run_id, owner):
+        """Take the run's lease so one worker at a time advances it. True if taken."""
+        now = timezone.now()
+        return bool(
+            cls.objects.filter(pk=run_id, status=cls.Status.RUNNING)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
+            .update(lease_until=cls.lease_end(now), lease_owner=owner)
+        )
+
+    @classmethod
+    def stalled(cls, since):
+        """Running runs no worker holds (its lease expired or was let go), untouched since."""
+        return cls.objects.filter(status=cls.Status.RUNNING, updated_at__lt=since).filter(
+            Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+        )
+
+    @classmethod
+    def waiting_on_decided(cls, since):
+        """Runs still waiting on a call that was decided (its continuation was lost)."""
+        return cls.objects.filter(
+            status=cls.Status.AWAITING_APPROVAL,
+            updated_at__lt=since,
+            waiting_for__status__in=Ceremony.FINAL,
+        ).select_related("waiting_for")
+
+    def end(self, status, *, result=None, error=None):
+        """Save the run as ended, with all it holds unsaved, unless it had ended already: an
+        operator's cancel and a worker's finish may race, and whichever commits first stands.
+        One conditional UPDATE of every column (`ending`): the loser waits on the row lock the
+        winner's UPDATE took, then finds the row ended and changes nothing. False then, and the
+        run is read again as it stands."""
+        values = self.ending(status, result=result, error=error)
+        if kept.update(AgentRun, {"pk": self.pk}, values, exclude={"status__in": self.FINAL}):
+            signals.saved(self)  # the dashboard's live view hears this save too
+            return True
+        self.refresh_from_db()
+        return False
+
+    def ending(self, status, *, result=None, error=None):
+        """The run as ended, unsaved: every column's value, for `end`'s conditional UPDATE."""
+        self.status, self.finished_at = status, timezone.now()
+        if result is not None:
+            self.result = result
+        self.error = error
+        self.lease_until, self.lease_owner = None, ""  # an ended run is nobody's to advance
+        fields = self._meta.concrete_fields
+        return {f.attname: f.pre_save(self, False) for f in fields if not f.primary_key}
+
+    def may_hold(self):
+        """Say, committed, that the run may hold something for a person, before the gateway can:
+        its end then looks for what it left pending, even if its worker dies after the hold."""
+        if not self.may_have_held:
+            self.may_have_held = True
+            AgentRun.objects.filter(pk=self.pk).update(may_have_held=True)
+
+    def pending_calls(self):
+        """The calls the run held that nobody decided yet: none unless it may have held one."""
+        if not self.may_have_held:
+            return Ceremony.objects.none()
+        return Ceremony.objects.pending().filter(continuation_ref__startswith=f"{self.pk}:")
+
+    def reject_pending_calls(self):
+        """A call the run held and nobody decided must not run once it has ended (it broke after
+        the hold): rejected, its continuation finds the run ended."""
+        held = self.pending_calls()
+        if held.exists():  # rarely any: half the CPU of selecting the columns of none
+            for ceremony in held:
+                ceremony.decline(Ceremony.Status.REJECTED)
+
+    def release(self, owner):
+        mine = {"pk": self.pk, "lease_owner": owner}
+        kept.update(AgentRun, mine, {"lease_until": None, "lease_owner": ""})
