@@ -62,7 +62,13 @@ def request_values(message, authority, *, external=False):
 def post(message, authority, *, external=False):
     """Persist and sign a task request acting with `authority`, then hand it to a worker
     (after the commit)."""
-    return posted(kept.create(A2AMessage, **request_values(message, authority, external=external)))
+    return post_row(request_values(message, authority, external=external))
+
+
+def post_row(values, *, hand_off=False):
+    """Insert a task request's row (`request_values`), then hand it to a worker after the
+    commit."""
+    return posted(kept.create(A2AMessage, **values), hand_off=hand_off)
 
 
 def posted(row, *, hand_off=False):
@@ -116,7 +122,7 @@ def send_task(sender_id, recipient_id, parameters, *, authority=HOST, **options)
     host's for a Director or an operator); the message carries it with the sender appended.
     `options`: the message's `context_id`, `history` and `locale`."""
     values = task_values(sender_id, recipient_id, parameters, authority=authority, **options)
-    return posted(kept.create(A2AMessage, **values))
+    return post_row(values)
 
 
 def task_values(sender_id, recipient_id, parameters, *, authority=HOST, **options):

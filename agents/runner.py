@@ -22,7 +22,6 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from a2a import bus
-from a2a.models import A2AMessage
 from agents import ending, llm, remote, transcript
 from agents.models import AgentRun
 from agents.toolset import Toolset
@@ -455,8 +454,7 @@ def _finish_in_transaction(run, status, result, error):
             bus.respond(run.request, status, **ending.answer(run, status, error))
         audit.record_many([ending.finished_event(run, status, error)])
         if (target := ending.hands_off(run, status)) is not None:
-            hand_off = kept.create(A2AMessage, **ending.hand_off_values(run, target))
-            bus.posted(hand_off, hand_off=True)
+            bus.post_row(ending.hand_off_values(run, target), hand_off=True)
     return True
 
 
