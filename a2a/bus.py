@@ -49,6 +49,11 @@ def _columns(body):
 def request_values(message, authority, *, external=False):
     """The row of a task request acting with `authority`: validated, and signed with it."""
     validate("task-request", message)
+    return _signed_values(message, authority, external)
+
+
+def _signed_values(message, authority, external):
+    """`request_values` of a message validated already (by its builder)."""
     provenance = authority.to_json()
     return {
         **_columns(message),
@@ -127,8 +132,8 @@ def send_task(sender_id, recipient_id, parameters, *, authority=HOST, **options)
 
 def task_values(sender_id, recipient_id, parameters, *, authority=HOST, **options):
     """The row of `send_task`'s request."""
-    message = messages.task_request(sender_id, recipient_id, parameters, **options)
-    return request_values(message, authority.then(sender_id))
+    message = messages.task_request(sender_id, recipient_id, parameters, **options)  # validated
+    return _signed_values(message, authority.then(sender_id), external=False)
 
 
 # A delivery naming a genuine request with another signature than the host gave it: someone
@@ -185,7 +190,7 @@ def refuse(message_id, row, reason, code="X_REFUSED"):
 
 def response_values(request, status, *, result=None, error=None):
     """The row of the task response to `request`: one per request (a unique constraint)."""
-    body = messages.task_response(request.body, status, result=result, error=error)
+    body = messages.response_to(request.body, status, result=result, error=error)
     return {
         **_columns(body),
         "type": A2AMessage.Type.TASK_RESPONSE,

@@ -82,6 +82,12 @@ def task_response(request, status, *, result=None, error=None, sender_id=None):
     ``{"message": str, "code": str}`` (``code`` optional) or just the message string.
     """
     validate("task-request", request)
+    return response_to(request, status, result=result, error=error, sender_id=sender_id)
+
+
+def response_to(request, status, *, result=None, error=None, sender_id=None):
+    """:func:`task_response` to a request checked already (the bus's: validated when it was
+    posted, its signature verified since); the response itself is validated all the same."""
     payload = {}
     if result is not None:
         payload["result"] = _json_copy(result)

@@ -65,7 +65,7 @@ def in_one_statement(run, status, result, error):
     here: no one else holds a call for the run meanwhile, so the look comes first (an
     operator's cancel ends it in a transaction)."""
     request = run.request
-    if request is None or run.pending_calls().exists():
+    if request is None or run.left_pending():
         return None
     if not guarded.one_statement(AgentRun):
         return None

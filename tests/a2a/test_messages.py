@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from a2a import messages, schemas
-from a2a.messages import agent_card, sign, task_request, task_response, verify
+from a2a.messages import agent_card, response_to, sign, task_request, task_response, verify
 from a2a.schemas import A2AValidationError, validate
 
 KEY = b"a2a-test-key"
@@ -324,3 +324,18 @@ def test_messages_and_schemas_do_not_import_django():
             node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
         }
         assert not any(name.split(".")[0] == "django" for name in imported), module.__name__
+
+
+def test_a_response_to_a_checked_request_is_the_same_and_still_validated(request_message):
+    # The bus's stored request was validated when posted and its signature verified since.
+    built = response_to(request_message, "success", result={"ok": True})
+    expected = task_response(request_message, "success", result={"ok": True})
+    assert {**built, "messageId": "", "timestamp": ""} == {
+        **expected,
+        "messageId": "",
+        "timestamp": "",
+    }
+    with pytest.raises(A2AValidationError):
+        response_to(request_message, "done")
+    with pytest.raises(A2AValidationError):
+        response_to(request_message, "success", result=["not", "an", "object"])

@@ -346,7 +346,7 @@ BREAKS = [
     Break(  # a run that held a call ends in one statement without looking for it first
         "held-end-without-the-look",
         "agents/ending.py",
-        r"request is None or run\.pending_calls\(\)\.exists\(\)",
+        r"request is None or run\.left_pending\(\)",
         "request is None",
         [
             "tests/agents/test_lease_window.py::"
