@@ -3,11 +3,15 @@
 Connected in `DashboardConfig.ready()`. Every broadcast happens after the commit (never a state
 that may roll back) and is best-effort: a down channel layer is logged, never raised into the
 gateway, the runner or the audit trail that triggered it. The caller only hands the message
-over; the process's publishing thread publishes it (mcplet_host.background).
+over, as what it is built from; the process's publishing thread builds and publishes it
+(mcplet_host.background).
 """
 
 import asyncio
+import copy
 import logging
+from collections.abc import Callable
+from typing import NamedTuple
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
@@ -32,7 +36,29 @@ MESSAGE_TYPE = "dashboard.message"  # handled by DashboardConsumer.dashboard_mes
 serving_loop = None
 
 
+class Later(NamedTuple):
+    """A message built where it is published, not by the caller: `build(instance)`."""
+
+    build: Callable
+    instance: object
+
+    def __call__(self):
+        return self.build(self.instance)
+
+
+def built(payloads):
+    """The messages to send, each Later built; one that fails is logged and left out."""
+    messages = []
+    for payload in payloads:
+        try:
+            messages.append(payload() if isinstance(payload, Later) else payload)
+        except Exception as exc:
+            log.warning("dashboard message not built: %s: %s", type(exc).__name__, exc)
+    return messages
+
+
 def broadcast(payload):
+    """Hand a message (a dict, or a Later) over to the group."""
     try:
         layer = get_channel_layer()
         if layer is None:
@@ -41,7 +67,7 @@ def broadcast(payload):
             # Payloads queued together go in one group message: one PUBLISH for many.
             background.sends.gather(group_channel(), payload, layer_message(layer))
         elif serving_loop is not None and not serving_loop.is_closed():
-            message = {"type": MESSAGE_TYPE, "payloads": [payload]}
+            message = {"type": MESSAGE_TYPE, "payloads": built([payload])}
             asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), serving_loop)
     except Exception as exc:  # the caller's work is done: never undo it for us
         log.warning("dashboard broadcast failed: %s: %s", type(exc).__name__, exc)
@@ -56,7 +82,7 @@ def group_channel():
 def layer_message(layer):
     """The group message of the payloads gathered, as the layer's group_send would publish it
     (published from the publishing thread, which runs no event loop for the layer's client)."""
-    return lambda payloads: layer.serialize({"type": MESSAGE_TYPE, "payloads": payloads})
+    return lambda payloads: layer.serialize({"type": MESSAGE_TYPE, "payloads": built(payloads)})
 
 
 def audit_payload(events):
@@ -111,35 +137,34 @@ def approval_payload(ceremony):
     }
 
 
-def _after_commit(build, instance):
-    """Build the message now (the state that was saved), send it once the commit is done."""
+def _after_commit(build, instance, *related):
+    """Send the message once the commit is done, built from a copy of the instance as it was
+    saved; the rows it names (`related`) are read here first, so that the publishing thread
+    never queries the database."""
     try:
-        payload = build(instance)
-    except Exception as exc:
+        for name in related:
+            getattr(instance, name)
+    except Exception as exc:  # never raised into the save
         log.warning("dashboard message for %r not built: %s", instance, exc)
         return
+    later = Later(build, copy.copy(instance))
     # A closure, not functools.partial: Django's robust on_commit logs the callback's __qualname__.
-    transaction.on_commit(lambda: broadcast(payload), robust=True)
+    transaction.on_commit(lambda: broadcast(later), robust=True)
 
 
 def audit_recorded_receiver(sender, events, **kwargs):
     # Already sent after the commit by mcplet_host.audit; one group message per batch.
-    try:
-        payload = audit_payload(events)
-    except Exception as exc:
-        log.warning("dashboard audit message not built: %s", exc)
-        return
-    broadcast(payload)
+    broadcast(Later(audit_payload, events))
 
 
 def run_saved(sender, instance, raw=False, **kwargs):
     if not raw:
-        _after_commit(run_payload, instance)
+        _after_commit(run_payload, instance, "agent")
 
 
 def ceremony_saved(sender, instance, raw=False, **kwargs):
     if not raw:
-        _after_commit(approval_payload, instance)
+        _after_commit(approval_payload, instance, "decided_by")
 
 
 def connect():

@@ -234,17 +234,23 @@ def test_staff_with_an_allowed_origin_connect(staff):
 
 
 @pytest.mark.services
-def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
+def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff, caplog):
     """Under load a process sends what it queued meanwhile as one group message; the socket
-    still gets each payload as a frame of its own, in order."""
+    still gets each payload as a frame of its own, in order — built by the publishing thread,
+    one that fails to build left out."""
     signed_in = headers(staff)
     trace = str(uuid.uuid4())
+
+    def broken(instance):
+        raise KeyError("gone")
 
     async def session():
         socket = await opened(signed_in)
         gate = busy(background.sends, "test:live:held")  # the publishing thread is busy meanwhile
         for i in range(3):
-            receivers.broadcast({"type": "audit", "events": [{"trace_id": trace, "seq": i}]})
+            events = [{"trace_id": trace, "seq": i}]
+            receivers.broadcast(receivers.Later(lambda e: {"type": "audit", "events": e}, events))
+            receivers.broadcast(receivers.Later(broken, i))
         gate.set()
         frames = [
             await wait_for(
@@ -256,6 +262,7 @@ def test_broadcasts_gathered_in_one_group_message_arrive_one_frame_each(staff):
         await socket.disconnect()
 
     async_to_sync(session)()
+    assert "dashboard message not built: KeyError: 'gone'" in caplog.text
 
 
 @pytest.mark.services
@@ -308,4 +315,22 @@ def test_a_broadcast_waits_for_the_commit(staff, monkeypatch, django_capture_on_
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
         AgentRun.objects.create(agent=agent, context_id=str(uuid.uuid4()))
         assert sent == []  # nothing that could still roll back
-    assert [m["type"] for m in sent] == ["run"]
+    assert [m["type"] for m in receivers.built(sent)] == ["run"]
+
+
+def test_a_message_is_built_off_the_callers_thread_from_the_state_that_was_saved(
+    staff, monkeypatch, django_capture_on_commit_callbacks, django_assert_num_queries
+):
+    sent = []
+    monkeypatch.setattr(receivers, "broadcast", sent.append)
+    agent = Agent.objects.create(agent_id="info-gathering-agent", display_name="Info")
+    run = AgentRun.objects.create(agent=agent, context_id=str(uuid.uuid4()))
+    run = AgentRun.objects.get(pk=run.pk)  # its agent not read yet
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        run.save()  # the receiver reads the agent here, on the caller's thread
+    run.status = AgentRun.Status.SUCCESS  # changed after the save
+    with django_assert_num_queries(0):  # as the publishing thread builds it: no query
+        (payload,) = receivers.built(sent)
+    assert payload["run"]["status"] == AgentRun.Status.RUNNING
+    assert payload["run"]["agent"] == "info-gathering-agent"
