@@ -1,5 +1,6 @@
 import importlib
 import os
+import select
 import threading
 from contextlib import contextmanager
 
@@ -19,12 +20,32 @@ def check_database_connections(task=None, **kwargs):
     """What Django does at each request, at each task of a worker: close a connection that
     broke or aged out, and have a kept one health-checked at its first use (CELERY_DB_REUSE_MAX
     keeps it across tasks; without this, a connection the server dropped failed every task
-    after). Not for a task run eagerly: it runs inside its caller's work."""
+    after). A kept connection that is quiet needs no `SELECT 1` round trip. Not for a task run
+    eagerly: it runs inside its caller's work."""
     if task is not None and task.request.is_eager:
         return
-    from django.db import close_old_connections
+    from django.db import close_old_connections, connections
 
     close_old_connections()
+    for wrapper in connections.all(initialized_only=True):
+        if wrapper.vendor == "postgresql" and quiet(wrapper.connection):
+            wrapper.health_check_done = True
+
+
+def quiet(raw):
+    """A PostgreSQL connection idle, with nothing to read. One the server terminated or closed
+    (a restart, pg_terminate_backend) has its error and its end waiting on the socket: it is
+    not quiet, and Django's check finds it broken and replaces it."""
+    from psycopg import pq
+
+    try:
+        if raw is None or raw.closed or raw.info.transaction_status != pq.TransactionStatus.IDLE:
+            return False
+        poller = select.poll()
+        poller.register(raw.fileno(), select.POLLIN)
+        return not poller.poll(0)
+    except Exception:  # whatever it is, Django's own check decides
+        return False
 
 
 @signals.worker_init.connect
