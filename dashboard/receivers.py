@@ -17,9 +17,9 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
-from django.urls import reverse
 
 from agents.models import AgentRun
+from dashboard.templatetags.dashboard_tags import trace_url
 from held.models import Ceremony
 from mcplet_host import background
 from mcplet_host.signals import audit_recorded
@@ -105,7 +105,7 @@ def run_payload(run):
             "started_at": run.started_at.isoformat() if run.started_at else None,
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "error": (run.error or {}).get("message", "") if isinstance(run.error, dict) else "",
-            "url": reverse("dashboard:trace", args=[run.context_id]) + f"#run-{run.pk}",
+            "url": f"{url}#run-{run.pk}" if (url := trace_url(run.context_id)) else "",
         },
     }
 
@@ -130,9 +130,8 @@ def approval_payload(ceremony):
             "expires_at": ceremony.expires_at.isoformat() if ceremony.expires_at else None,
             "decided_by": ceremony.decided_by.get_username() if ceremony.decided_by_id else "",
             "url": ceremony.get_absolute_url(),
-            "trace_url": reverse("dashboard:trace", args=[ceremony.trace_id])
-            if ceremony.trace_id
-            else "",
+            # "" for a trace the trace page cannot show (`call_tool --trace demo`)
+            "trace_url": trace_url(ceremony.trace_id),
         },
     }
 

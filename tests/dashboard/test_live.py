@@ -334,3 +334,18 @@ def test_a_message_is_built_off_the_callers_thread_from_the_state_that_was_saved
         (payload,) = receivers.built(sent)
     assert payload["run"]["status"] == AgentRun.Status.RUNNING
     assert payload["run"]["agent"] == "info-gathering-agent"
+
+
+def test_a_held_call_on_a_trace_the_trace_page_cannot_show_still_reaches_the_live_view(
+    staff, monkeypatch, django_capture_on_commit_callbacks
+):
+    """`manage.py call_tool --trace demo-1` holds a call on a trace that is not a contextId: its
+    approval is broadcast all the same, with no link to a trace page (it was left out)."""
+    sent = []
+    monkeypatch.setattr(receivers, "broadcast", sent.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        ceremony = held_result.hold(Asker("info-gathering-agent", trace_id="demo-1"), {}, "ok?")
+    (approval,) = [m for m in receivers.built(sent) if m["type"] == "approval"]
+    assert approval["approval"]["id"] == ceremony.pk
+    assert approval["approval"]["trace_url"] == ""
+    assert approval["approval"]["url"] == ceremony.get_absolute_url()
