@@ -218,12 +218,22 @@ def test_a_call_from_the_command_line_is_the_running_hosts(page, host, wallet):
     steps = ["mcplet.stepup.held", "mcplet.stepup.completed", "mcplet.stepup.retried"]
     assert seen == ["executed", steps, ["notification"]]
 
-    # 2. An action: its approval page is the host's, alive after the command exited.
+    # 2. An action: its approval page is the host's, alive after the command exited. Held on a
+    # trace that is not a contextId, it still reaches the dashboard's approvals live.
+    dashboard = page.context.new_page()  # signed in: the same browser's cookies
+    dashboard.goto(f"{host.base}/dashboard/approvals/")
+    expect(dashboard.locator("#live")).to_have_attribute("data-state", "live")
     called = host.manage(
-        "call_tool", "--agent", "shopping-agent", "--tool", "book_table", "--surface", "app"
-    )
+        "call_tool", "--agent", "shopping-agent", "--tool", "book_table", "--surface", "app",
+        "--trace", "demo-1",
+    )  # fmt: skip
     assert called.returncode == 0, called.stderr
     assert "held for an approval of the action book_table" in called.stdout
+    row = dashboard.locator(
+        '[data-live="approvals"][data-only="pending"] tr', has_text="book_table"
+    )
+    expect(row).to_contain_text("waiting for approval")  # arrived live: no reload
+    dashboard.close()
     link = held_at(called.stdout)
     assert link.startswith(f"{host.base}/passkey/ceremonies/")
     page.goto(link)
