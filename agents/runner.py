@@ -141,6 +141,11 @@ def resume(ceremony_id, ref):
         advance(run.pk)
 
 
+def _held(ref):
+    """The call (or result) the run held under `ref` ("<run>:<place>"), or None: one, if any."""
+    return next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)
+
+
 class Loop:
     def __init__(self, run):
         self.run, self.agent = run, run.agent
@@ -257,7 +262,7 @@ class Loop:
         run = self.run
         for place, call in transcript.unanswered(run.transcript):
             ref = f"{run.pk}:{place}"
-            ceremony = next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)  # one, if any
+            ceremony = _held(ref)
             if ceremony is not None:  # this call was held: its outcome, or keep waiting
                 if not ceremony.is_final:
                     return self._wait(ceremony)
@@ -315,7 +320,7 @@ class Loop:
             if "outcome" in action:
                 continue
             ref = f"{run.pk}:action-{index}"
-            ceremony = next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)  # one, if any
+            ceremony = _held(ref)
             if ceremony is None:
                 self.run.may_hold()
                 outcome = gateway.call_tool(
@@ -349,7 +354,7 @@ class Loop:
         if not agent.result_needs_approval:
             return False
         ref = f"{run.pk}:result"
-        ceremony = next(iter(kept.rows(Ceremony, continuation_ref=ref)), None)  # one, if any
+        ceremony = _held(ref)
         if ceremony is None:
             asker = Asker(
                 agent.agent_id,
