@@ -17,7 +17,7 @@ from django.utils.crypto import salted_hmac
 from a2a import messages
 from a2a.models import A2AMessage
 from a2a.schemas import validate
-from mcplet_host import audit, guarded, kept, metrics
+from mcplet_host import audit, guarded, kept, metrics, registry
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 
@@ -142,11 +142,17 @@ FORGED = "its signature is not the one the host gave it (a forged delivery, drop
 
 
 def authenticate(message_id, signature):
-    """(the stored request, "") if the delivery is genuine, else (request or None, reason)."""
+    """(the stored request, "") if the delivery is genuine, else (request or None, reason).
+    The registry's token is read with the request: its `registry_snapshot` is the registry as
+    it was then."""
     try:
-        row = kept.get(A2AMessage, message_id=message_id, type=A2AMessage.Type.TASK_REQUEST)
+        token = {"registry_token": registry.token_query()}
+        row = kept.get_with(
+            A2AMessage, token, message_id=message_id, type=A2AMessage.Type.TASK_REQUEST
+        )
     except A2AMessage.DoesNotExist:
         return None, "no such message was sent on this host's bus"
+    row.registry_snapshot = registry.at(row.registry_token)  # what its delivery checks with
     if not isinstance(signature, str) or not hmac.compare_digest(
         signature.encode(), row.signature.encode()
     ):

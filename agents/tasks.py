@@ -12,7 +12,7 @@ from a2a import bus
 from a2a.models import A2AMessage
 from agents import director, runner
 from agents.models import AgentRun
-from mcplet_host import registry, tracing
+from mcplet_host import tracing
 from mcplet_host.celery import enqueue
 
 
@@ -37,7 +37,7 @@ def _deliver(message_id, signature):
     request, reason = bus.authenticate(message_id, signature)
     code = "X_REFUSED"
     if not reason:
-        found = registry.current().agents({request.sender_id, request.recipient_id})
+        found = request.registry_snapshot.agents({request.sender_id, request.recipient_id})
         sender, recipient = found.get(request.sender_id), found.get(request.recipient_id)
         if not request.external and (sender is None or not sender.on_bus or not sender.enabled):
             reason = f"the sender {request.sender_id!r} is not a registered internal agent"

@@ -19,8 +19,9 @@ import logging
 
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import Model, signals, sql
+from django.db.models import Model, TextField, signals, sql
 from django.db.models.constants import LOOKUP_SEP, OnConflict
+from django.db.models.expressions import RawSQL
 from django.db.models.query import get_related_populators
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,22 @@ def get(model, **where):
 def get_related(model, related, **where):
     """`model.objects.select_related(*related).get(**where)`: the related rows come with it,
     in the one statement."""
-    statement, connection = _select(model, where, unique=True, related=related)
+    return _get(model, where, related, {})
+
+
+def get_with(model, columns, **where):
+    """`get` with more columns read in the same statement: `columns` maps a name to an SQL
+    expression of no parameters (a scalar subquery of another table), its value set on the
+    row under that name, as Django's `annotate(name=RawSQL(sql, ()))` does."""
+    return _get(model, where, (), columns)
+
+
+def _get(model, where, related, columns):
+    statement, connection = _select(model, where, unique=True, related=related, columns=columns)
     if statement is NOT_KEPT:
         manager = model._default_manager.db_manager(connection.alias)
-        return (manager.select_related(*related) if related else manager).get(**where)
+        queryset = manager.select_related(*related) if related else manager.all()
+        return queryset.annotate(**_raw(columns)).get(**where)
     found = statement.rows(where, connection)
     if not found:
         name = model._meta.object_name
@@ -52,6 +65,11 @@ def get_related(model, related, **where):
     return found[0]
 
 
+def _raw(columns):
+    text = TextField()  # the callers' own SQL, with no values in it
+    return {name: RawSQL(sql, (), output_field=text) for name, sql in columns.items()}  # noqa: S611
+
+
 def rows(model, **where):
     """`list(model.objects.filter(**where))`, in the model's own order."""
     statement, connection = _select(model, where, unique=False)
@@ -60,11 +78,14 @@ def rows(model, **where):
     return statement.rows(where, connection)
 
 
-def _select(model, where, unique, related=()):
+def _select(model, where, unique, related=(), columns=None):
     connection = connections[router.db_for_read(model)]
-    key = ("get" if unique else "rows", model, _shape(where), tuple(related))
+    extra = tuple((columns or {}).items())
+    key = ("get" if unique else "rows", model, _shape(where), tuple(related), extra)
     statement = compiled(
-        connection, key, lambda: _Select.compile(model, where, connection, unique, related)
+        connection,
+        key,
+        lambda: _Select.compile(model, where, connection, unique, related, dict(extra)),
     )
     return statement, connection
 
@@ -221,8 +242,8 @@ class _Statement:
 
 class _Select(_Statement):
     @classmethod
-    def compile(cls, model, where, connection, unique, related):
-        queryset = _queryset(model, where, None, connection.alias)
+    def compile(cls, model, where, connection, unique, related, columns):
+        queryset = _queryset(model, where, None, connection.alias).annotate(**_raw(columns))
         if related:
             queryset = queryset.select_related(*related)
         if unique:  # as QuerySet.get(), with a limit of 2: more than one row is an error
@@ -234,9 +255,10 @@ class _Select(_Statement):
             return NOT_KEPT
         klass_info = compiler.klass_info
         joined = bool(klass_info.get("related_klass_infos"))
-        if compiler.annotation_col_map or joined != bool(related):
+        if compiler.annotation_col_map.keys() != columns.keys() or joined != bool(related):
             return NOT_KEPT
         statement = cls(model, sql_text, sorted(where), (), ())
+        statement.annotations = compiler.annotation_col_map
         fields = klass_info["select_fields"]
         statement.columns = slice(fields[0], fields[-1] + 1)
         statement.init_list = [f[0].target.attname for f in compiler.select[statement.columns]]
@@ -253,6 +275,8 @@ class _Select(_Statement):
             objs.append(self.model.from_db(connection.alias, self.init_list, row[self.columns]))
             for populator in self.populators:  # as QuerySet's ModelIterable
                 populator.populate(row, objs[-1])
+            for name, index in self.annotations.items():
+                setattr(objs[-1], name, row[index])
         return objs
 
 

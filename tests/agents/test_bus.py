@@ -7,6 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from a2a import bus, messages
 from a2a.models import A2AMessage
@@ -78,6 +80,27 @@ def test_senders_and_recipients_must_be_internal_agents(
     assert says in refusal().details["reason"]
     assert A2AMessage.objects.get(reply_to=request.message_id).status == "error"
     assert not AgentRun.objects.exists()
+
+
+def test_a_delivery_checks_with_the_registry_read_with_its_request(registry, director, script):
+    """The registry's token comes with the request's row, in one statement: a recipient
+    disabled behind the ORM's back (raw SQL) after a delivery warmed the registry is refused
+    by the very next one."""
+    registry["planning"].model = script({"planning-agent": [{"text": "done"}]})
+    registry["planning"].save()
+    first = bus.send_task("director", "planning-agent", {})
+    with CaptureQueriesContext(connection) as read:
+        deliver(str(first.message_id), first.signature)
+    assert AgentRun.objects.get().status == AgentRun.Status.SUCCESS
+    reads = [q["sql"] for q in read.captured_queries if "mcplet_host_registryversion" in q["sql"]]
+    assert len(reads) == 1 and '"a2a_a2amessage"."signature"' in reads[0]
+
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE agents_agent SET enabled = false WHERE agent_id = 'planning-agent'")
+    second = bus.send_task("director", "planning-agent", {})
+    deliver(str(second.message_id), second.signature)
+    assert refusal().details["reason"] == "the recipient 'planning-agent' is disabled"
+    assert AgentRun.objects.count() == 1
 
 
 def test_parameters_that_break_the_recipients_input_schema_are_answered_with_an_error(

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from a2a.models import A2AMessage
 from agents.models import Agent, AgentRun
-from mcplet_host import guarded, kept
+from mcplet_host import guarded, kept, registry
 
 pytestmark = pytest.mark.django_db
 
@@ -71,6 +71,22 @@ def test_a_row_read_by_a_kept_get_is_the_row_the_orm_reads():
             assert ours._state.adding is False and ours._state.db == "default"
     by_str = kept.get(A2AMessage, message_id=str(rows[0].message_id), type=rows[0].type)
     assert by_str.pk == rows[0].pk
+
+
+def test_a_kept_get_with_a_column_reads_it_in_the_same_statement():
+    row = message()
+    token = {"registry_token": registry.token_query()}
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT {token['registry_token']}")
+        [(expected,)] = cursor.fetchall()
+    for _ in range(2):  # compiled at the first call, bound at the second
+        ours, queries = sent(kept.get_with, A2AMessage, token, message_id=row.message_id)
+        orms = A2AMessage.objects.get(message_id=row.message_id)
+        fields = [f.attname for f in A2AMessage._meta.concrete_fields]
+        assert {f: getattr(ours, f) for f in fields} == {f: getattr(orms, f) for f in fields}
+        assert ours.registry_token == expected and len(queries) == 1
+    with pytest.raises(A2AMessage.DoesNotExist):
+        kept.get_with(A2AMessage, token, message_id=uuid.uuid4())
 
 
 def _as_read(obj, depth=3):
