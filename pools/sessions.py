@@ -181,12 +181,22 @@ class SessionPool:
             return self._event_loop
 
     def warm(self, configs, timeout=30.0):
-        """Open a session to each server now (stdio: launch it), so that a worker's first call
-        to it is a warm one. A server that does not open is left to the first call (and the
-        watcher, which reports it); nothing waits here."""
+        """Open a session to each server now, so that a worker's first call to it is a warm
+        one. A server that does not open is left to the first call (and the watcher, which
+        reports it); nothing waits here. Servers over HTTP open all at once; stdio servers are
+        launched one after another: each is an interpreter starting (about half a second of
+        CPU), and a prefork worker runs a child per core, so one launch at a time in each
+        leaves a task taken meanwhile (the Director's "Run now") its share of the cores."""
         loop = self._loop()
+        launched = [c for c in configs if c.transport == "stdio"]
         for config in configs:
-            asyncio.run_coroutine_threadsafe(self._warm(config, timeout), loop)
+            if config.transport != "stdio":
+                asyncio.run_coroutine_threadsafe(self._warm(config, timeout), loop)
+        asyncio.run_coroutine_threadsafe(self._warm_in_turn(launched, timeout), loop)
+
+    async def _warm_in_turn(self, configs, timeout):
+        for config in configs:
+            await self._warm(config, timeout)
 
     async def _warm(self, config, timeout):
         with suppress(Exception):

@@ -1,10 +1,13 @@
 """No cold calls: a worker opens its sessions to the enabled MCP servers as it starts — a
-stdio server is running before any call — and leaves the disabled ones alone."""
+stdio server is running before any call — and leaves the disabled ones alone. Its stdio
+servers are launched one after another, not all at once."""
 
 from pathlib import Path
 
 import pytest
 
+from pools.mcp_client import ServerConfig
+from pools.sessions import sessions
 from tests.pools.conftest import tool
 from tests.processes import celery_worker, wait_until
 
@@ -36,3 +39,20 @@ def test_a_worker_launches_the_enabled_servers_as_it_starts(spec, tmp_path):
         assert running(disabled.path) == []
         assert enabled.calls() == []  # launched, and nothing called
     wait_until(lambda: not running(enabled.path), "the server to end with its worker")
+
+
+def test_stdio_servers_are_launched_one_after_another(spec):
+    """Each launch is an interpreter starting: the next server starts only once the one before
+    it answers (launched all at once, they would start together, none ready yet)."""
+    servers = [spec([tool(f"lookup_{i}")], f"crm{i}") for i in range(3)]
+    configs = [ServerConfig.of(server.stdio()) for server in servers]
+    try:
+        sessions.warm(configs, timeout=30)
+        for before, server in zip(configs, servers[1:], strict=False):
+            wait_until(lambda s=server: running(s.path), f"{server.name} to be launched")
+            held = sessions._held.get(before.id)
+            assert held is not None and held.ready.done(), "launched before the last one answered"
+        wait_until(lambda: sessions._held[configs[-1].id].ready.done(), "the last to answer")
+        assert all(server.calls() == [] for server in servers)  # launched, nothing called
+    finally:
+        sessions.close_all()
