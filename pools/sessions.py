@@ -15,8 +15,12 @@ from django.utils import timezone
 
 from mcplet_host import tracing
 from mcplet_host.celery import enqueue
-from pools.mcp_client import OutcomeUnknown, describe, open_session
+from pools.mcp_client import OutcomeUnknown, ServerUnreachable, describe, open_session
 from pools.oauth import tokens
+
+# Seconds a stdio launch of the warm-up has before the next one starts beside it (a server
+# that hangs as it starts must not hold the others back).
+LAUNCH_TURN = 5.0
 
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
 ELICITATION_COMPLETE_TASK = "mcplet_host.elicitation_complete"
@@ -160,8 +164,13 @@ class _Held:
 
     async def close(self):
         self.closing.set()
-        with suppress(Exception):
-            await asyncio.wait_for(self.task, 10)
+        if not self.ready.done():
+            self.task.cancel()  # still opening (a server that hangs as it starts): nothing to end
+        await asyncio.wait([self.task], timeout=10)
+        self.task.cancel()  # one that did not end in time (nothing when it did)
+        if not self.ready.done():  # its waiters learn that it is gone, rather than wait for ever
+            self.ready.set_exception(ServerUnreachable(f"{self.config.name}: closed as it opened"))
+            self.ready.exception()  # retrieved: no "never retrieved" log when nobody waits
 
 
 class SessionPool:
@@ -196,7 +205,8 @@ class SessionPool:
 
     async def _warm_in_turn(self, configs, timeout):
         for config in configs:
-            await self._warm(config, timeout)
+            opening = asyncio.ensure_future(self._warm(config, timeout))
+            await asyncio.wait([opening], timeout=LAUNCH_TURN)  # a slow one goes on opening
 
     async def _warm(self, config, timeout):
         with suppress(Exception):

@@ -2,14 +2,18 @@
 stdio server is running before any call — and leaves the disabled ones alone. Its stdio
 servers are launched one after another, not all at once."""
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from pools.mcp_client import ServerConfig
+from pools.models import McpServer
 from pools.sessions import sessions
 from tests.pools.conftest import tool
 from tests.processes import celery_worker, wait_until
+
+HANGS = "import time; time.sleep(60)"  # a server that never answers `initialize`
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -54,5 +58,23 @@ def test_stdio_servers_are_launched_one_after_another(spec):
             assert held is not None and held.ready.done(), "launched before the last one answered"
         wait_until(lambda: sessions._held[configs[-1].id].ready.done(), "the last to answer")
         assert all(server.calls() == [] for server in servers)  # launched, nothing called
+    finally:
+        sessions.close_all()
+
+
+def test_a_server_that_hangs_as_it_starts_holds_the_next_launch_back_no_longer_than_its_turn(
+    spec, monkeypatch
+):
+    monkeypatch.setattr("pools.sessions.LAUNCH_TURN", 0.5)
+    hangs = McpServer.objects.create(
+        name="hangs", transport="stdio", command=sys.executable, args=["-c", HANGS]
+    )
+    server = spec([tool("lookup")], "crm")
+    configs = [ServerConfig.of(hangs), ServerConfig.of(server.stdio())]
+    try:
+        sessions.warm(configs, timeout=30)
+        wait_until(lambda: configs[1].id in sessions._held, "the next launch", timeout=5)
+        wait_until(lambda: sessions._held[configs[1].id].ready.done(), "it to answer")
+        assert not sessions._held[configs[0].id].ready.done()  # the first one still hangs
     finally:
         sessions.close_all()
