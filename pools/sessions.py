@@ -167,7 +167,9 @@ class _Held:
         if not self.ready.done():
             self.task.cancel()  # still opening (a server that hangs as it starts): nothing to end
         await asyncio.wait([self.task], timeout=10)
-        self.task.cancel()  # one that did not end in time (nothing when it did)
+        if not self.task.done():  # one that did not end in time, as wait_for ends it
+            self.task.cancel()
+            await asyncio.wait([self.task])
         if not self.ready.done():  # its waiters learn that it is gone, rather than wait for ever
             self.ready.set_exception(ServerUnreachable(f"{self.config.name}: closed as it opened"))
             self.ready.exception()  # retrieved: no "never retrieved" log when nobody waits
