@@ -79,13 +79,10 @@ def rows(model, **where):
 
 
 def _select(model, where, unique, related=(), columns=None):
-    connection = connections[router.db_for_read(model)]
-    extra = tuple((columns or {}).items())
-    key = ("get" if unique else "rows", model, _shape(where), tuple(related), extra)
+    connection, columns = connections[router.db_for_read(model)], columns or {}
+    key = ("get" if unique else "rows", model, _shape(where), tuple(related), *columns.items())
     statement = compiled(
-        connection,
-        key,
-        lambda: _Select.compile(model, where, connection, unique, related, dict(extra)),
+        connection, key, lambda: _Select.compile(model, where, connection, unique, related, columns)
     )
     return statement, connection
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pools.mcp_client import ServerConfig
+from pools.mcp_client import ServerConfig, ServerUnreachable
 from pools.models import McpServer
 from pools.sessions import sessions
 from tests.pools.conftest import tool
@@ -65,6 +65,8 @@ def test_stdio_servers_are_launched_one_after_another(spec):
 def test_a_server_that_hangs_as_it_starts_holds_the_next_launch_back_no_longer_than_its_turn(
     spec, monkeypatch
 ):
+    """A launch has its turn, then the next starts beside it; closing the pool ends the one
+    that still hangs at once, and whoever waits for it is told it is unreachable."""
     monkeypatch.setattr("pools.sessions.LAUNCH_TURN", 0.5)
     hangs = McpServer.objects.create(
         name="hangs", transport="stdio", command=sys.executable, args=["-c", HANGS]
@@ -75,6 +77,9 @@ def test_a_server_that_hangs_as_it_starts_holds_the_next_launch_back_no_longer_t
         sessions.warm(configs, timeout=30)
         wait_until(lambda: configs[1].id in sessions._held, "the next launch", timeout=5)
         wait_until(lambda: sessions._held[configs[1].id].ready.done(), "it to answer")
-        assert not sessions._held[configs[0].id].ready.done()  # the first one still hangs
+        hanging = sessions._held[configs[0].id]
+        assert not hanging.ready.done()  # the first one still hangs
     finally:
         sessions.close_all()
+    assert isinstance(hanging.ready.exception(), ServerUnreachable)
+    assert running(HANGS) == []
