@@ -8,8 +8,17 @@ batch: ~0.5 ms of CPU a gateway call). Started lazily and again after a fork (Ce
 children do not inherit threads).
 
 What is queued for one channel gathers (`gather`): what comes while the thread is busy goes in
-one message, each channel once, and all channels in one pipeline (one round trip), in the order
-they came; an idle thread publishes each at once."""
+one message, each channel once, and all channels in one pipeline (one round trip); an idle
+thread publishes each at once.
+
+A message is built only for a channel someone listens to (`_Heard`). Most have no one (no
+dashboard open, no partner streaming that trace), and building their messages was most of the
+thread's work: a channel not heard at its last publication is asked about (PUBSUB NUMSUB) in
+the same round trip as the publications to those heard, and published, in a second one, only
+if a subscriber is there now. Skipping it then is as if it had been published to nobody: a
+subscriber that comes just after loses what it would have lost just after a PUBLISH, and reads
+what it watches once subscribed (an A2A stream re-reads its task; the dashboard renders
+first). One Redis server, as the host runs it: a cluster's NUMSUB counts one node's only."""
 
 import logging
 import os
@@ -62,14 +71,48 @@ class Publisher:
         client = redis.Redis.from_url(
             settings.REDIS_URL, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
         )
+        heard = _Heard(client)
         while True:
             with self._queued:
                 while not self._gathered:
                     self._queued.wait()
                 gathered, self._gathered = self._gathered, {}
-            messages = self._encoded(gathered)
-            if messages:
-                self._publish(client, messages)
+            try:
+                heard.publish(gathered)
+            except Exception as exc:
+                log.warning("%d publications lost: %s: %s", len(gathered), type(exc).__name__, exc)
+
+
+class _Heard:
+    """The publishing thread's Redis client, and the channels whose last publication reached a
+    subscriber (only those: a trace's channel that nobody heard is not kept)."""
+
+    def __init__(self, client):
+        self.client, self.channels = client, set()
+
+    def publish(self, gathered):
+        """Publish `gathered` ({channel: (items, encode)}) to the channels someone listens to."""
+        heard = {c: sent for c, sent in gathered.items() if c in self.channels}
+        asked = [c for c in gathered if c not in heard]
+        replies = self._send(heard, asked)
+        if asked:
+            listened = {c.decode() for c, count in replies[-1] if count}
+            self._send({c: gathered[c] for c in asked if c in listened}, [])
+
+    def _send(self, gathered, asked):
+        """One round trip: `gathered`'s messages published, then NUMSUB of `asked`."""
+        messages = self._encoded(gathered)
+        if not messages and not asked:
+            return []
+        with self.client.pipeline(transaction=False) as pipe:
+            for channel, message in messages:
+                pipe.publish(channel, message)
+            if asked:
+                pipe.pubsub_numsub(*asked)
+            replies = pipe.execute()
+        for (channel, _), count in zip(messages, replies, strict=False):
+            (self.channels.add if count else self.channels.discard)(channel)
+        return replies
 
     @staticmethod
     def _encoded(gathered):
@@ -80,16 +123,6 @@ class Publisher:
             except Exception as exc:
                 log.warning("%s not encoded: %s: %s", channel, type(exc).__name__, exc)
         return messages
-
-    @staticmethod
-    def _publish(client, messages):
-        try:
-            with client.pipeline(transaction=False) as pipe:
-                for channel, message in messages:
-                    pipe.publish(channel, message)
-                pipe.execute()
-        except Exception as exc:
-            log.warning("%d publications lost: %s: %s", len(messages), type(exc).__name__, exc)
 
 
 sends = Publisher("after-commit-sends")

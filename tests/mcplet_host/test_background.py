@@ -1,6 +1,7 @@
 """The process's publishing thread for sends after a commit (mcplet_host.background), against
 the real Redis: what is queued for a channel while the thread is busy goes out as one message,
-in order; an idle thread publishes each at once; a failure loses only what it must."""
+in order; an idle thread publishes each at once; a message is built only for a channel someone
+listens to; a failure loses only what it must."""
 
 import json
 import os
@@ -29,8 +30,16 @@ def heard():
     class Heard:
         def __call__(self, *names):
             channels = [f"test:background:{uuid.uuid4().hex}:{name}" for name in names]
-            pubsub.subscribe(*channels)
+            self.subscribe(*channels)
             return channels
+
+        def subscribe(self, *channels):
+            pubsub.subscribe(*channels)
+            listening(client, channels)
+
+        def unsubscribe(self, *channels):
+            pubsub.unsubscribe(*channels)
+            listening(client, channels, heard=False)
 
         def next(self, timeout=5):
             deadline = time.monotonic() + timeout
@@ -46,6 +55,15 @@ def heard():
     client.close()
 
 
+def listening(client, channels, heard=True):
+    """Wait until each of `channels` has a subscriber (`heard`), or none: Redis answers a
+    SUBSCRIBE on its own time."""
+    deadline = time.monotonic() + 5
+    while any(bool(n) != heard for _, n in client.pubsub_numsub(*channels)):
+        assert time.monotonic() < deadline, f"{channels} never {'' if heard else 'un'}heard"
+        time.sleep(0.01)
+
+
 def encode(items):
     return json.dumps(items)
 
@@ -53,12 +71,19 @@ def encode(items):
 def busy(sends, channel):
     """Hold the publishing thread (in an encoder) until the returned event is set. It returns
     once the thread is inside the encoder: what is gathered from then on waits for the next
-    message (a thread not yet started would take it into this one)."""
+    message (a thread not yet started would take it into this one). It listens on `channel`
+    meanwhile: a message is built only for a channel someone listens to."""
     gate, inside = threading.Event(), threading.Event()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    pubsub = client.pubsub()
+    pubsub.subscribe(channel)
+    listening(client, [channel])
 
     def hold(items):
         inside.set()
         assert gate.wait(5)
+        pubsub.close()
+        client.close()
         return encode(items)
 
     sends.gather(channel, "hold", hold)
@@ -87,6 +112,33 @@ def test_what_is_queued_while_the_thread_is_busy_goes_in_one_message_per_channel
     assert heard.next() == (audit, [6])
 
 
+def test_a_message_is_built_only_for_a_channel_someone_listens_to(heard):
+    """Nobody listens: nothing is built. A subscriber that comes gets what comes after it; once
+    it leaves, one more is built (its publication finds nobody), then none."""
+    sends, built = Publisher("test-gather-heard"), []
+    (marker,) = heard("marker")  # heard after each step: the thread went past what came before
+    late = f"test:background:{uuid.uuid4().hex}:late"
+
+    def recorded(items):
+        built.extend(items)
+        return encode(items)
+
+    def step(item):
+        sends.gather(late, item, recorded)
+        sends.gather(marker, item, encode)
+        assert heard.next() == (marker, [item])
+
+    step("nobody listens")
+    assert built == []
+    heard.subscribe(late)
+    sends.gather(late, "heard", recorded)
+    assert heard.next() == (late, ["heard"])
+    heard.unsubscribe(late)
+    step("gone")
+    step("nobody again")
+    assert built == ["heard", "gone"]
+
+
 def test_a_message_that_fails_to_encode_loses_only_itself(heard, caplog):
     sends = Publisher("test-gather-encoding")
     held, broken, fine = heard("held", "broken", "fine")
@@ -104,14 +156,8 @@ def test_a_message_that_fails_to_encode_loses_only_itself(heard, caplog):
 
 def test_an_unreachable_redis_is_logged_never_raised(settings, caplog):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # read by the thread when it starts
-    sends, tried = Publisher("test-gather-unreachable"), threading.Event()
-
-    def encoded(items):
-        tried.set()
-        return encode(items)
-
-    sends.gather("test:background:unreachable", "lost", encoded)  # returns: the caller is done
-    assert tried.wait(5)
+    sends = Publisher("test-gather-unreachable")
+    sends.gather("test:background:unreachable", "lost", encode)  # returns: the caller is done
     for _ in range(50):
         if "1 publications lost: ConnectionError" in caplog.text:
             break
@@ -159,23 +205,22 @@ def test_a_stalled_redis_holds_the_thread_for_the_timeout_only(settings, monkeyp
     stalled = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog), answers nothing
     monkeypatch.setattr(background, "TIMEOUT", 0.5)
     settings.REDIS_URL = f"redis://127.0.0.1:{stalled.getsockname()[1]}/0"
-    sends, encoded = Publisher("test-gather-stalled"), []
+    sends = Publisher("test-gather-stalled")
 
-    def recorded(items):
-        encoded.extend(items)
-        return encode(items)
+    def lost():
+        return caplog.text.count("1 publications lost: TimeoutError")
 
     try:
         began = time.monotonic()
-        sends.gather("test:background:stalled", "first", recorded)
+        sends.gather("test:background:stalled", "first", encode)
         deadline = began + 10
-        while "publications lost" not in caplog.text and time.monotonic() < deadline:
+        while not lost() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert "1 publications lost: TimeoutError" in caplog.text
+        assert lost() == 1
         assert time.monotonic() - began < 3  # the host's timeout, not redis-py's default (5 s)
-        sends.gather("test:background:stalled", "next", recorded)  # the thread is not stuck
-        while encoded != ["first", "next"] and time.monotonic() < deadline:
+        sends.gather("test:background:stalled", "next", encode)  # the thread is not stuck
+        while lost() < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert encoded == ["first", "next"]
+        assert lost() == 2
     finally:
         stalled.close()
