@@ -124,21 +124,17 @@ def _advance(run):
 
 
 def resume(ceremony_id, ref):
-    """The continuation of a held call or result: record its outcome, then advance the run."""
+    """The continuation of a held call or result: record its outcome, then advance the run. The
+    run is read once, as `advance` claims it: a run no longer waiting (ended, or resumed by
+    another continuation) is changed by neither statement before."""
     run_id, _, key = ref.partition(":")
-    try:
-        run = kept.get(AgentRun, pk=run_id)
-    except AgentRun.DoesNotExist:
-        return
     ceremony = kept.get(Ceremony, pk=ceremony_id)
-    if run.is_final:
-        return
     # A person's wait is a link to the span that held the call, never a span hours long.
-    with tracing.span("resume_run", attributes=run.traced, links_to=[ceremony.traceparent]):
-        waiting = {"pk": run.pk, "status": AgentRun.Status.AWAITING_APPROVAL}
+    with tracing.span("resume_run", links_to=[ceremony.traceparent]):
+        waiting = {"pk": run_id, "status": AgentRun.Status.AWAITING_APPROVAL}
         if kept.update(AgentRun, waiting, {"status": AgentRun.Status.RUNNING, "waiting_for": None}):
-            log.info("run %s resumes after %s (%s)", run.pk, key, ceremony.status)
-        advance(run.pk)
+            log.info("run %s resumes after %s (%s)", run_id, key, ceremony.status)
+        advance(run_id)
 
 
 def _held(ref):
