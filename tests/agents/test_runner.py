@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
@@ -299,6 +300,34 @@ def test_a_result_nobody_approved_in_time_times_out(registry, director, script):
     assert run.get_status_display() == "Timed out"
     assert response_to(request)["payload"]["error"]["code"] == "X_APPROVAL_EXPIRED"
     assert not AgentRun.objects.filter(agent=dispatch).exists()
+
+
+def test_a_resume_reads_its_run_once_as_it_claims_it(registry, director, script, admin_user):
+    """The continuation of a decided result reads the run only once it holds its lease; a second
+    one (a redelivery), for the run it ended, changes nothing and reads no run."""
+    planning = registry["planning"]
+    planning.model = script({"planning-agent": [{"json": {"plan": "x"}}]})
+    planning.result_needs_approval = True
+    planning.save()
+    request, run = send("planning-agent")
+    ceremony = run.waiting_for
+    app.conf.task_always_eager = False  # the continuation is this test's to run
+    ceremony.decline(Ceremony.Status.REJECTED, admin_user)
+
+    def run_reads(statements):
+        return [q for q in statements if q["sql"].startswith('SELECT "agents_agentrun"."id"')]
+
+    with CaptureQueriesContext(connection) as first:
+        runner.resume(ceremony.pk, ceremony.continuation_ref)
+    run.refresh_from_db()
+    assert run.status == AgentRun.Status.CANCELLED
+    assert len(run_reads(first.captured_queries)) == 1
+    ended = run.updated_at
+    with CaptureQueriesContext(connection) as again:
+        runner.resume(ceremony.pk, ceremony.continuation_ref)
+    run.refresh_from_db()
+    assert run_reads(again.captured_queries) == [] and run.updated_at == ended
+    assert A2AMessage.objects.filter(reply_to=request.message_id).count() == 1
 
 
 @pytest.fixture
