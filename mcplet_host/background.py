@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 
 TIMEOUT = 5  # seconds: a stalled Redis holds the thread (and what queues meanwhile) no longer
+HEARD = 1000  # channels known to be heard: past that, forgotten (each is asked about again)
 
 
 class Publisher:
@@ -85,7 +86,8 @@ class Publisher:
 
 class _Heard:
     """The publishing thread's Redis client, and the channels whose last publication reached a
-    subscriber (only those: a trace's channel that nobody heard is not kept)."""
+    subscriber (only those: a trace's channel that nobody heard is not kept; at most HEARD, as a
+    stream that ended leaves its trace's channel here until it is published to again)."""
 
     def __init__(self, client):
         self.client, self.channels = client, set()
@@ -112,6 +114,8 @@ class _Heard:
             replies = pipe.execute()
         for (channel, _), count in zip(messages, replies, strict=False):
             (self.channels.add if count else self.channels.discard)(channel)
+        if len(self.channels) > HEARD:
+            self.channels.clear()
         return replies
 
     @staticmethod

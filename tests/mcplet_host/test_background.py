@@ -139,6 +139,30 @@ def test_a_message_is_built_only_for_a_channel_someone_listens_to(heard):
     assert built == ["heard", "gone"]
 
 
+def test_the_channels_known_heard_are_forgotten_past_their_bound(heard, monkeypatch):
+    """A stream that ended leaves its trace's channel known as heard until it is published to
+    again: past HEARD of them, all are forgotten, and each is asked about again."""
+    monkeypatch.setattr(background, "HEARD", 1)
+    known = []
+    monkeypatch.setattr(background._Heard, "_send", spying(background._Heard._send, known))
+    sends = Publisher("test-gather-bound")
+    first, second = heard("first", "second")
+    for round in range(2):
+        for channel in (first, second):
+            sends.gather(channel, round, encode)
+            assert heard.next() == (channel, [round])
+    assert max(map(len, known)) <= 1
+
+
+def spying(send, known):
+    def recorded(self, gathered, asked):
+        replies = send(self, gathered, asked)
+        known.append(set(self.channels))
+        return replies
+
+    return recorded
+
+
 def test_a_message_that_fails_to_encode_loses_only_itself(heard, caplog):
     sends = Publisher("test-gather-encoding")
     held, broken, fine = heard("held", "broken", "fine")
