@@ -78,10 +78,7 @@ class Publisher:
                 while not self._gathered:
                     self._queued.wait()
                 gathered, self._gathered = self._gathered, {}
-            try:
-                heard.publish(gathered)
-            except Exception as exc:
-                log.warning("%d publications lost: %s: %s", len(gathered), type(exc).__name__, exc)
+            heard.publish(gathered)
 
 
 class _Heard:
@@ -97,21 +94,27 @@ class _Heard:
         heard = {c: sent for c, sent in gathered.items() if c in self.channels}
         asked = [c for c in gathered if c not in heard]
         replies = self._send(heard, asked)
-        if asked:
+        if asked and replies:
             listened = {c.decode() for c, count in replies[-1] if count}
             self._send({c: gathered[c] for c in asked if c in listened}, [])
 
     def _send(self, gathered, asked):
-        """One round trip: `gathered`'s messages published, then NUMSUB of `asked`."""
+        """One round trip: `gathered`'s messages published, then NUMSUB of `asked`; None if
+        it failed (logged: what it carried, and what it asked about, is lost)."""
         messages = self._encoded(gathered)
         if not messages and not asked:
             return []
-        with self.client.pipeline(transaction=False) as pipe:
-            for channel, message in messages:
-                pipe.publish(channel, message)
-            if asked:
-                pipe.pubsub_numsub(*asked)
-            replies = pipe.execute()
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for channel, message in messages:
+                    pipe.publish(channel, message)
+                if asked:
+                    pipe.pubsub_numsub(*asked)
+                replies = pipe.execute()
+        except Exception as exc:
+            lost = len(messages) + len(asked)
+            log.warning("%d publications lost: %s: %s", lost, type(exc).__name__, exc)
+            return None
         for (channel, _), count in zip(messages, replies, strict=False):
             (self.channels.add if count else self.channels.discard)(channel)
         if len(self.channels) > HEARD:
