@@ -91,9 +91,9 @@ class _Heard:
 
     def publish(self, gathered):
         """Publish `gathered` ({channel: (items, encode)}) to the channels someone listens to."""
-        heard = {c: sent for c, sent in gathered.items() if c in self.channels}
-        asked = [c for c in gathered if c not in heard]
-        replies = self._send(heard, asked)
+        known = {c: sent for c, sent in gathered.items() if c in self.channels}
+        asked = [c for c in gathered if c not in known]
+        replies = self._send(known, asked)
         if asked and replies:
             listened = {c.decode() for c, count in replies[-1] if count}
             self._send({c: gathered[c] for c in asked if c in listened}, [])
