@@ -16,6 +16,9 @@ def main():
             os.environ["MCPLET_PORT"] = str(port)
     from django.core.management import execute_from_command_line
 
+    from mcplet_host import startup
+
+    startup.begin()
     execute_from_command_line(sys.argv)
 
 

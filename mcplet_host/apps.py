@@ -7,8 +7,9 @@ class McpletHostConfig(AppConfig):
     verbose_name = "Host core (audit trail)"
 
     def ready(self):
-        from mcplet_host import config_audit, registry
+        from mcplet_host import config_audit, registry, startup
 
         config_audit.connect()
+        startup.settled()  # every app's models are loaded by now
 
         post_migrate.connect(registry.install_triggers, sender=self)

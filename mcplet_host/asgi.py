@@ -5,9 +5,10 @@ import time
 
 import django
 
-from mcplet_host import tracing
+from mcplet_host import startup, tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
+startup.begin()
 # Each web process (and runhost) traces, if asked, before Django loads its middleware.
 tracing.setup()
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does

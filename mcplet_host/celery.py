@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 from celery import Celery, concurrency, signals
 
-from mcplet_host import tracing
+from mcplet_host import startup, tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcplet_host.settings")
 
@@ -54,15 +54,16 @@ def load_the_mcp_sdk(sender, **kwargs):
     threads would all load it at their first call at once, and a module one thread is still
     loading is half there for another (an ImportError the fault harness saw): a worker loads
     it before its pool starts."""
-    for module in (
-        "mcp",
-        "mcp.client.stdio",
-        "mcp.client.streamable_http",
-        "mcp.server.mcpserver",
-        "mcp.shared.exceptions",
-        "mcp_types",
-    ):
-        importlib.import_module(module)
+    with startup.loading():
+        for module in (
+            "mcp",
+            "mcp.client.stdio",
+            "mcp.client.streamable_http",
+            "mcp.server.mcpserver",
+            "mcp.shared.exceptions",
+            "mcp_types",
+        ):
+            importlib.import_module(module)
     if "prefork" in concurrency.get_implementation(sender.pool_cls).__module__:
         # Once, before the children fork: they start with it loaded, sharing its memory.
         _load_the_llm_client()
@@ -96,8 +97,9 @@ def _load_the_llm_client():
     from a2a import schemas
     from agents import llm
 
-    llm.load()
-    schemas.schema("task-request")
+    with startup.loading():
+        llm.load()
+        schemas.schema("task-request")
 
 
 @signals.worker_ready.connect

@@ -57,3 +57,58 @@ def test_a_worker_loads_what_the_first_llm_call_would():
         "assert PROVIDER in [p['provider'] for p in litellm.custom_provider_map]\n"
         "assert 'encoding' in vars(sys.modules['litellm.main'])\n"
     )
+
+
+# Records each collection's generation and whether Django's apps were ready when it began.
+COUNTED = """
+import gc, sys
+from django.apps import apps
+passes = []
+gc.callbacks.append(lambda phase, info: phase == "start" and passes.append(
+    (info["generation"], apps.ready)))
+"""
+
+
+def test_manage_py_loads_django_with_no_full_collection():
+    """`manage.py` starts with the collector off, and turns it on once the apps are loaded,
+    with what they loaded frozen (mcplet_host.startup): no full pass walks it meanwhile."""
+    out = run_python(
+        COUNTED + "import runpy\n"
+        "sys.argv = ['manage.py', 'check']\n"
+        "runpy.run_path('manage.py', run_name='__main__')\n"
+        "print(gc.isenabled(), gc.get_freeze_count(), *[g for g, ready in passes if not ready])\n"
+    )
+    enabled, frozen, *before_ready = out.splitlines()[-1].split()
+    assert enabled == "True"
+    assert int(frozen) > 50_000  # Django, DRF, Celery and the host's apps
+    assert "2" not in before_ready  # the generations of the passes before the apps were ready
+
+
+def test_a_large_load_is_frozen_and_its_garbage_collected():
+    """`startup.loading()`: no collection during it; afterwards what it loaded is frozen,
+    what became garbage meanwhile is gone, and the collector is as it was."""
+    out = run_python(
+        "import django; django.setup()\n" + COUNTED + "import weakref\n"
+        "from mcplet_host import startup\n"
+        "class Node: pass\n"
+        "frozen = gc.get_freeze_count()\n"
+        "with startup.loading():\n"
+        "    during = gc.isenabled()\n"
+        "    kept = [Node() for _ in range(50_000)]\n"
+        "    cycle = Node(); cycle.self = cycle; gone = weakref.ref(cycle); del cycle\n"
+        "    collections = len(passes)\n"
+        "print(during, collections, gc.get_freeze_count() - frozen >= 50_000, gone() is None,"
+        " gc.isenabled())\n"
+        "gc.disable()\n"
+        "with startup.loading():\n"
+        "    pass\n"
+        "print(gc.isenabled())\n"
+    )
+    assert out.splitlines()[-2:] == ["False 0 True True True", "False"]
+
+
+def test_the_web_module_imported_once_django_is_set_up_leaves_the_collector_on():
+    out = run_python(
+        "import gc, django; django.setup()\nimport mcplet_host.asgi\nprint(gc.isenabled())\n"
+    )
+    assert out.splitlines()[-1] == "True"
