@@ -7,9 +7,10 @@ check`'s CPU, and more than half a second of a worker's start. So `manage.py` an
 module call `begin()` before Django loads, and once it has (`settled()`, as the apps are ready)
 what is loaded is frozen: moved out of every later collection, as the `gc` documentation
 advises for a server, whose forked children then share it too. A Celery program sets Django up
-before any of the host's code runs; its large loads (a worker's SDK and LLM client) run in
-`loading()`. What was garbage among the objects loaded is collected before they are frozen, by
-one pass over the young objects only: everything made while the collector was off is young."""
+itself (its Django fixup, before any signal of ours), so there only its large loads (a worker's
+SDK and LLM client) run in `loading()`. What was garbage among the objects loaded is collected
+before they are frozen, by one pass over the young objects only: everything made while the
+collector was off is young."""
 
 import gc
 from contextlib import contextmanager
