@@ -194,6 +194,7 @@ else:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT = "mcplet_host.broker:Transport"  # kombu's, a client kept per channel
     CELERY_RESULT_BACKEND = REDIS_URL
 
 CELERY_TASK_ACKS_LATE = True
