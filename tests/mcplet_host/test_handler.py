@@ -8,7 +8,7 @@ import threading
 import pytest
 from asgiref import sync
 from asgiref.testing import ApplicationCommunicator
-from django.core.signals import request_finished
+from django.core.signals import request_finished, request_started
 
 from mcplet_host.asgi import application, django_asgi_app
 from mcplet_host.handler import RequestThread
@@ -71,9 +71,43 @@ def test_a_request_makes_one_hop_for_its_middleware_and_view(hops):
 
     assert status == 401  # the partner API refused it: the view ran
     assert json.loads(body)["error"]["code"] == "AUTH_REQUIRED"
-    # request_started's receivers, the chain with its view, and the response's close.
-    assert len(hops) <= 3, hops
-    assert sum("get_response" in name for name in hops) == 1, hops
+    # request_started's receivers, the chain with its view, and the response's close: one hop.
+    assert hops == ["ASGIHandler._response"]
+
+
+@pytest.fixture
+def signals_sent():
+    """Each request_started and request_finished, in order, with the thread it was sent on."""
+    sent = []
+
+    def started(**kwargs):
+        sent.append(("started", threading.current_thread().name))
+
+    def finished(**kwargs):
+        sent.append(("finished", threading.current_thread().name))
+
+    request_started.connect(started)
+    request_finished.connect(finished)
+    yield sent
+    request_started.disconnect(started)
+    request_finished.disconnect(finished)
+
+
+def test_a_response_sent_whole_is_closed_on_the_request_thread(signals_sent):
+    assert get("/a2a/agents")[0] == 401
+    assert [signal for signal, _ in signals_sent] == ["started", "finished"]
+    assert all(thread.startswith("request") for _, thread in signals_sent)
+
+
+def test_a_streamed_response_is_closed_once_sent(signals_sent, hops):
+    get("/static/passkey/favicon.svg")  # warm
+    signals_sent.clear()
+    hops.clear()
+    status, headers, body = get("/static/passkey/favicon.svg")
+    assert status == 200 and body.startswith(b"<svg")  # WhiteNoise's file, streamed
+    assert [signal for signal, _ in signals_sent] == ["started", "finished"]
+    # Made on the request's thread, its content read (Django maps a file's iterator), then closed.
+    assert hops[0] == "ASGIHandler._response" and hops[-1] == "HttpResponseBase.close", hops
 
 
 def test_the_middleware_still_runs_around_the_view():
