@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import secrets
+from contextlib import suppress
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 
@@ -16,7 +17,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from mcplet_host import audit, kept, metrics, signals, tracing
+from mcplet_host import audit, guarded, kept, metrics, signals, tracing
 from mcplet_host.authority import HOST, Authority
 from mcplet_host.celery import enqueue
 from passkey.assertions import EXPIRED, NOT_PENDING, Refused
@@ -364,23 +365,39 @@ class Ceremony(models.Model):
 
         One conditional UPDATE decides: of two decisions racing, the later waits on the row
         lock the first one's UPDATE took, then finds the call decided and changes nothing. Only
-        a decision changes a call's columns, so a pending row is this instance as read."""
+        a decision changes a call's columns, so a pending row is this instance as read. Where
+        the kind writes nothing more (`decides_alone`), that UPDATE and its audit event are one
+        statement on PostgreSQL (mcplet_host.guarded); else they share a transaction."""
         if not self.rules.approvable:
             return False
         now = timezone.now()
+        pending = {"pk": self.pk, "status": self.Status.PENDING, "expires_at__gt": now}
+        decided = {"status": self.Status.APPROVED, "decided_by": user, "decided_at": now}
+        granted = self._decision(audit.EventType.PERMISSION_GRANTED, audit.SUCCESS, decided)
+        guard = guarded.Guard(Ceremony, pending, decided)
+        if self.rules.decides_alone:
+            with suppress(guarded.NotKept):
+                if not guarded.updated_and_audited(guard, [granted]):
+                    return False
+                self._approved(decided, assertion)
+                return True
         with transaction.atomic():
-            pending = {"pk": self.pk, "status": self.Status.PENDING, "expires_at__gt": now}
-            decided = {"status": self.Status.APPROVED, "decided_by": user, "decided_at": now}
             if not kept.update(Ceremony, pending, decided):
                 return False
-            self.status, self.decided_by, self.decided_at = self.Status.APPROVED, user, now
-            signals.saved(self, update_fields={"status", "decided_by", "decided_at"})
-            metrics.decided(self, user)
-            if assertion is not None:
-                cache.set(self.assertion_key, assertion, ASSERTION_CACHE_TTL)
-            self._audit_decision(audit.EventType.PERMISSION_GRANTED, audit.SUCCESS)
-            self.rules.after_decision(self)
+            audit.record_many([granted])
+            self._approved(decided, assertion)
         return True
+
+    def _approved(self, decided, assertion):
+        """Once the approval is written: this instance as the row now is, heard by what
+        listens to its saves; the assertion kept for the call; the kind's next step."""
+        for name, value in decided.items():
+            setattr(self, name, value)
+        signals.saved(self, update_fields=set(decided))
+        metrics.decided(self, self.decided_by)
+        if assertion is not None:
+            cache.set(self.assertion_key, assertion, ASSERTION_CACHE_TTL)
+        self.rules.after_decision(self)
 
     def decline(self, status, user=None):
         """Reject or expire a pending ceremony; the call is resolved with an error, unexecuted."""
@@ -389,7 +406,9 @@ class Ceremony(models.Model):
             if ceremony.status != self.Status.PENDING:
                 return False
             ceremony._decide(status, user)
-            ceremony._audit_decision(audit.EventType.PERMISSION_DENIED, audit.BLOCKED)
+            decided = {"status": status, "decided_by": user}
+            denied = ceremony._decision(audit.EventType.PERMISSION_DENIED, audit.BLOCKED, decided)
+            audit.record_many([denied])
             ceremony.rules.after_decision(ceremony)
         self._became(ceremony)
         return True
@@ -420,9 +439,13 @@ class Ceremony(models.Model):
     # --- audit ----------------------------------------------------------------------------------
 
     def audit_event(self, event_type, result, details, by=None, system=""):
-        """An audit event about this held call: the person who acted (`by`) or else the part
-        of the system named `system`, its tool and trace, and `details`."""
-        audit.record(
+        """Record an audit event about this held call (`event`)."""
+        audit.record_many([self.event(event_type, result, details, by, system)])
+
+    def event(self, event_type, result, details, by=None, system=""):
+        """An audit event about this held call (unsaved): the person who acted (`by`) or else
+        the part of the system named `system`, its tool and trace, and `details`."""
+        return audit.event(
             event_type,
             actor_type=audit.ActorType.USER if by else audit.ActorType.SYSTEM,
             actor_id=by.get_username() if by else system,
@@ -433,17 +456,13 @@ class Ceremony(models.Model):
             details={"ceremony": self.token[:8], **details},
         )
 
-    def _audit_decision(self, event_type, result):
-        """Who decided what, and when — never the assertion itself."""
-        self.audit_event(
-            event_type,
-            result,
-            {
-                "status": self.status,
-                "agent": self.agent_id,
-                **self.authority.audit_details(),
-                **self.lineage,
-                "arguments_hash": self.arguments_hash,
-            },
-            by=self.decided_by,
-        )
+    def _decision(self, event_type, result, decided):
+        """The event of a decision (unsaved): who decided what — never the assertion itself."""
+        details = {
+            "status": decided["status"],
+            "agent": self.agent_id,
+            **self.authority.audit_details(),
+            **self.lineage,
+            "arguments_hash": self.arguments_hash,
+        }
+        return self.event(event_type, result, details, by=decided["decided_by"])

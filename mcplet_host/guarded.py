@@ -1,8 +1,9 @@
 """Writes that depend on an UPDATE, as one statement on PostgreSQL (design.md, "Kept
 statements"): a request marked delivered and its run created; a run ended, its response, the
-request's `answered` mark, its audit event and its hand-off's request. Each is a kept shape
-(`mcplet_host.kept`) whose pieces Django compiled, joined by a data-modifying WITH: one round
-trip and its own transaction outside one, where BEGIN, each statement and COMMIT took one each.
+request's `answered` mark, its audit event and its hand-off's request; a held call approved and
+its audit event. Each is a kept shape (`mcplet_host.kept`) whose pieces Django compiled, joined
+by a data-modifying WITH: one round trip and its own transaction outside one, where BEGIN, each
+statement and COMMIT took one each.
 The guard's UPDATE takes its row's lock first, so a concurrent copy waits for it, then finds the
 row changed and does nothing else."""
 
@@ -12,7 +13,7 @@ from typing import NamedTuple
 from django.db import connections, router, transaction
 from django.db.models.constants import OnConflict
 
-from mcplet_host import kept
+from mcplet_host import audit, kept
 
 
 class Guard(NamedTuple):
@@ -27,12 +28,12 @@ class Guard(NamedTuple):
 
 class Then(NamedTuple):
     """What `updated_then` does once its guard changed its row: insert `model(**values)`
-    (`on_conflict`), then `mark` if that row was inserted; insert `also`, a second row
+    (`on_conflict`), if any, then `mark` if that row was inserted; insert `also`, a second row
     (`(model, values)`), whatever the first's conflict; and call `function`, if any, a
     set-returning SQL function of one jsonb argument, with `argument` (JSON text)."""
 
-    model: type
-    values: dict
+    model: type | None
+    values: dict | None
     on_conflict: OnConflict | None = None
     mark: Guard | None = None
     function: str | None = None
@@ -75,6 +76,20 @@ def one_statement(model):
     return connections[router.db_for_write(model)].vendor == "postgresql"
 
 
+def updated_and_audited(guard, events):
+    """The `guard`'s UPDATE and, only if it changed its row, `events` appended to the audit
+    chain, in one statement: True, or False if it changed nothing. NotKept where that cannot
+    be one statement (the caller writes both in a transaction)."""
+    if not one_statement(guard.model):
+        raise NotKept(guard.model)
+    then = Then(None, None, function=audit.APPEND, argument=audit.in_statement(events))
+    outcome = updated_then(guard, then)
+    if outcome is None:
+        return False
+    audit.appended(events, outcome.called)
+    return True
+
+
 def updated_then(guard, then):
     """None if the `guard` changed no row; else what `then` wrote (Done), from one statement:
 
@@ -89,14 +104,14 @@ def updated_then(guard, then):
     The function, if any, is called once per row of `guard`: never if it changed none (without
     one the SELECT ends at `created`). PostgreSQL only
     (`one_statement`); NotKept for a shape Django binds otherwise."""
-    obj = kept.new(then.model, then.values)
+    obj = kept.new(then.model, then.values) if then.model else None
     also = kept.new(*then.also) if then.also else None
-    db = router.db_for_write(then.model, instance=obj)
+    db = router.db_for_write(then.model or guard.model, instance=obj)
     connection = connections[db]
     marking = then.mark.values if then.mark else {}
-    if kept.expressions(guard.values, then.values, marking, then.also[1] if also else {}):
+    if kept.expressions(guard.values, then.values or {}, marking, then.also[1] if also else {}):
         raise NotKept(then.model)
-    key = ("updated_then", _shape(guard), then.model, obj.pk is None, then.on_conflict)
+    key = ("updated_then", _shape(guard), then.model, obj and obj.pk is None, then.on_conflict)
     key += (then.mark and _shape(then.mark), then.function, also and (type(also), also.pk is None))
     statement = kept.compiled(
         connection, key, lambda: _Then.compile(guard, then, (obj, also), connection)
@@ -136,20 +151,25 @@ class _Then:
             return kept.NOT_KEPT
         obj, also = objs
         statement = cls()
-        statement.insert = kept.compiled_insert(obj, connection, then.on_conflict)
+        statement.insert = obj and kept.compiled_insert(obj, connection, then.on_conflict)
         statement.also = kept.compiled_insert(also, connection, None) if also else None
         statement.guard = _compile(guard, connection)
         statement.mark = _compile(then.mark, connection) if then.mark else None
-        created, added = _from_guard(statement.insert), also and _from_guard(statement.also)
+        created, added = obj and _from_guard(statement.insert), also and _from_guard(statement.also)
         if (
             kept.NOT_KEPT in (statement.guard, statement.mark)
-            or not created
+            or (obj and not created)
             or (also and not added)
+            or (not obj and (then.mark or not then.function))  # a mark follows an insert
         ):
             return kept.NOT_KEPT
-        select, widths = created[0], [created[1]]
-        with_ = [f"guard AS ({statement.guard.sql} RETURNING 1 AS one)", f"created AS ({select})"]
-        rows, joins = ["created.*"], ["FROM guard LEFT JOIN created ON true"]
+        with_ = [f"guard AS ({statement.guard.sql} RETURNING 1 AS one)"]
+        rows, joins, widths = [], ["FROM guard"], []
+        if created:
+            with_.append(f"created AS ({created[0]})")
+            rows.append("created.*")
+            joins.append("LEFT JOIN created ON true")
+            widths.append(created[1])
         if statement.mark:
             marked = f"{statement.mark.sql} AND EXISTS (SELECT 1 FROM created)"  # noqa: S608
             with_.append(f"marked AS ({marked})")
@@ -170,7 +190,9 @@ class _Then:
 
     def run(self, guard, then, objs, connection, db):
         obj, also = objs
-        params = _bind(self.guard, guard, connection) + self.insert.params(obj, connection, db)
+        params = _bind(self.guard, guard, connection)
+        if obj:
+            params += self.insert.params(obj, connection, db)
         if self.mark:
             params += _bind(self.mark, then.mark, connection)
         if also:
@@ -180,7 +202,7 @@ class _Then:
             rows = cursor.fetchall()
         if not rows:
             return None
-        inserts = [(self.insert, obj), *([(self.also, also)] if also else [])]
+        inserts = [(insert, new) for insert, new in ((self.insert, obj), (self.also, also)) if new]
         saved, start = [], 0
         for (insert, new), width in zip(inserts, self.widths, strict=True):
             returned = rows[0][start : start + len(insert.returning)]
@@ -189,4 +211,5 @@ class _Then:
             start += width
         called = [row[start:] for row in rows]
         called = [row for row in called if any(v is not None for v in row)]
-        return Done(saved[0], saved[1] if also else None, called)
+        created = saved.pop(0) if obj else None
+        return Done(created, saved.pop(0) if also else None, called)

@@ -15,6 +15,7 @@ class HeldKind:
 
     kind = None  # its Ceremony.Kind
     runs_on_decision = True  # decided → held.lifecycle.resume runs (or refuses) it, once
+    decides_alone = True  # its approval writes no other row (`after_decision` only queues)
     approvable = True  # a person's approval moves it (a form is answered instead)
     carries_assertion = False  # a strict one takes its passkey assertion to the MCPlet
     may_run_again = False  # a person may run it again when its outcome is unknown

@@ -15,6 +15,7 @@ from mcplet_host import audit
 class Result(HeldKind):
     kind = Ceremony.Kind.RESULT
     runs_on_decision = False
+    decides_alone = False  # its approval also writes its result
 
     def after_decision(self, ceremony):
         if ceremony.status == Ceremony.Status.APPROVED:

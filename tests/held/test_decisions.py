@@ -7,9 +7,12 @@ import pytest
 from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models.signals import post_save
+from django.test.utils import CaptureQueriesContext
 
 from held import lifecycle
-from held.models import Ceremony
+from held.kinds import result as held_result
+from held.models import Asker, Ceremony
+from mcplet_host import audit
 from mcplet_host.celery import app
 from mcplet_host.models import AuditEvent
 from tests.passkey.conftest import hold_email
@@ -91,3 +94,36 @@ def test_an_approval_is_heard_before_its_call_runs(registry, approver, calls):
         post_save.disconnect(listen, sender=Ceremony)
     assert heard == [(held.pk, "approved", {"status", "decided_by", "decided_at"})]
     assert calls() == []
+
+
+def approved(ceremony, approver):
+    """The approval, with the statements it sent."""
+    with CaptureQueriesContext(connection) as captured:
+        assert ceremony.approve(approver, assertion=ASSERTION) is True
+    return [query["sql"].split()[:3] for query in captured.captured_queries]
+
+
+def test_an_approval_is_one_statement_with_its_audit_event(registry, approver, calls):
+    """Its conditional UPDATE and the chained audit event: one round trip on PostgreSQL, where
+    a transaction took four; elsewhere they share one."""
+    app.conf.task_always_eager = False  # the call waits in the queue
+    held = hold_email(registry)
+    statements = approved(held, approver)
+    if connection.vendor == "postgresql":
+        assert statements == [["WITH", "guard", "AS"]]
+    row = Ceremony.objects.get(pk=held.pk)
+    assert (row.status, row.decided_by, row.decided_at) == ("approved", approver, held.decided_at)
+    event = AuditEvent.objects.get(event_type="PERMISSION_GRANTED")
+    assert event.actor_id == approver.get_username() and event.details["status"] == "approved"
+    assert event.details["arguments_hash"] == held.arguments_hash
+    assert audit.verify_chain()[1] is None
+    assert cache.get(held.assertion_key) == ASSERTION and calls() == []
+
+
+def test_a_kind_that_writes_on_its_approval_writes_in_one_transaction(registry, approver):
+    """A held result's approval also writes its result: with the decision, or not at all."""
+    held = held_result.hold(Asker("planning-agent"), {"plan": "x"}, "Hand it on?")
+    statements = approved(held, approver)
+    assert ["WITH", "guard", "AS"] not in statements
+    row = Ceremony.objects.get(pk=held.pk)
+    assert row.status == "executed" and row.result["approved"] is True and granted() == 1
