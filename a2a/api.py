@@ -173,7 +173,8 @@ ERROR_SCHEMA = {
     },
 }
 ERROR_TEXT = {
-    400: "VALIDATION_ERROR: not JSON, or not the §18.6 schema (with the offending path)",
+    400: "VALIDATION_ERROR: a body that is not JSON or not the §18.6 schema (with the offending "
+    "path), or a request refused before any view (a Host this server does not serve, a NUL)",
     401: "AUTH_REQUIRED or AUTH_FAILED: no, unknown, expired or revoked key (WWW-Authenticate)",
     403: "X_FORBIDDEN: outside the partner's grants",
     404: "NOT_FOUND",
@@ -184,10 +185,10 @@ ERROR_TEXT = {
 
 
 def errors(*codes):
-    """The documented error responses of an operation: 401 and 429 always, and `codes`."""
+    """The documented error responses of an operation: 400, 401 and 429 always, and `codes`."""
     return {
         code: OpenApiResponse(ERROR_SCHEMA, description=ERROR_TEXT[code])
-        for code in sorted({401, 429, *codes})
+        for code in sorted({400, 401, 429, *codes})
     }
 
 

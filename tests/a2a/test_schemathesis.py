@@ -226,6 +226,11 @@ def test_every_documented_response_matches_the_schema(live_server, partner_key, 
     send(own, 415, raw=(b"agentId=partner-bot", "application/x-www-form-urlencoded"))
     send(own, 413, raw=(b'{"x": "' + b"x" * MAX_BODY + b'"}', "application/json"))
 
+    unserved = {**auth, "Host": "5"}  # a Host this server does not serve: refused before any view
+    send("GET /a2a/agents", 400, headers=unserved)
+    send("GET /a2a/agents/{agent_id}", 400, headers=unserved, path_parameters={"agent_id": "x"})
+    send(task_id, 400, headers=unserved, path_parameters=unknown)
+    send(cancel, 400, headers=unserved, path_parameters=unknown)
     send("GET /a2a/agents", 401, headers={})
     send("GET /a2a/agents", 401, headers={"Authorization": "Bearer mcpk_notAKeyAtAll"})
     PartnerRateThrottle.rate = "1/min"  # (monkeypatched: restored after the test)

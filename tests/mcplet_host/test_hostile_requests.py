@@ -1,5 +1,6 @@
 """A NUL character in a page's path or query (PostgreSQL refuses NUL in text): a 400 and an
-audit event on every page, never a 500 (issue 14, reproduction 5)."""
+audit event on every page, never a 500 (issue 14, reproduction 5). A Host header the server does
+not serve: the same."""
 
 import pytest
 
@@ -44,3 +45,17 @@ def test_an_a2a_client_gets_the_a2a_error_shape(client):
     response = client.post("/a2a/tasks?x=%00", {}, content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"), [("/a2a/agents", "application/json"), ("/dashboard/", "text/plain")]
+)
+def test_a_host_the_server_does_not_serve_is_400_and_audited(client, path, kind):
+    response = client.get(path, HTTP_HOST="5", HTTP_AUTHORIZATION="Bearer mcpk_x")
+    assert response.status_code == 400 and response["Content-Type"].startswith(kind)
+    if kind == "application/json":
+        assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+    event = AuditEvent.objects.get(event_type="http.request.refused")
+    assert event.result == "BLOCKED" and event.details["path"] == path
+    assert event.details["reason"] == "a Host header this server does not serve"
+    assert not AuditEvent.objects.filter(event_type="a2a.partner.request").exists()  # no view
