@@ -27,7 +27,7 @@ from mcplet_host.celery import app, enqueue
 PUSH_TASK = "a2a.push"
 LEASE = 60  # seconds one process may send a webhook's deliveries (more than a POST's timeout)
 AUDITED = "a2a.push."
-SEEN_FOR = 1.0  # seconds a process trusts what it found of a partner's or a trace's webhooks
+SEEN_FOR = 1.0  # seconds a process trusts what it found of a trace's webhooks
 LIVE_STATES = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_AUTH_REQUIRED"]
 
 
@@ -98,7 +98,6 @@ def register(partner, row, config, *, tenant="", baseline=None):
 
     def queue():
         _seen.pop(trace_id, None)  # (what this process remembered is out of date)
-        _partners.pop(partner.agent_id, None)
         enqueue(PUSH_TASK, [stored.pk])
 
     transaction.on_commit(queue)
@@ -123,31 +122,19 @@ def on_audit(sender, events, **kwargs):
     the events name. Only a partner's task has webhooks, and every event of its workflow names
     the partner (Authority.audit_details); the host's own work costs nothing here, nor do this
     module's events (they name none)."""
-    named = {
-        (item.details["partner"], item.trace_id) for item in events if item.details.get("partner")
-    }
-    for partner, trace in named:
-        for pk in _webhooks_of(partner, trace):
+    for trace in {item.trace_id for item in events if item.details.get("partner")}:
+        for pk in _webhooks_of(trace):
             enqueue(PUSH_TASK, [pk])
 
 
-# What this process found, trusted for SEEN_FOR seconds (a workflow's events come in bursts):
-_seen = {}  # trace → (until, its task's live webhooks' pks)
-_partners = {}  # partner → (until, whether any of its tasks has a live webhook)
+_seen = {}  # trace → (until, its live webhooks' pks): a run's events come in bursts
 
 
-def _webhooks_of(partner, trace):
+def _webhooks_of(trace):
     """The live webhooks of the task whose trace is `trace`, as this process saw them at most
     SEEN_FOR seconds ago: a webhook registered meanwhile was queued by `register`, and a change
-    this misses is recorded with the next one, or by the sweep. A partner with no live webhook
-    at all (most have none) costs one look a SEEN_FOR, not one a trace."""
+    this misses is recorded with the next one, or by the sweep."""
     now = time.monotonic()
-    until, any_live = _partners.get(partner, (0, True))
-    if until <= now:
-        any_live = _live().filter(task__sender_id=partner).exists()
-        _remember(_partners, partner, (now + SEEN_FOR, any_live))
-    if not any_live:
-        return ()
     until, pks = _seen.get(trace, (0, ()))
     if until > now:
         return pks
@@ -162,19 +149,10 @@ def _webhooks_of(partner, trace):
         for config in kept.rows(PushConfig, task__context_id=context_id)
         if isinstance(config.last_status, dict) and config.last_status.get("state") in LIVE_STATES
     )
-    _remember(_seen, trace, (now + SEEN_FOR, pks))
+    if len(_seen) > 10_000:
+        _seen.clear()
+    _seen[trace] = (now + SEEN_FOR, pks)
     return pks
-
-
-def _remember(kept_here, key, value):
-    if len(kept_here) > 10_000:
-        kept_here.clear()
-    kept_here[key] = value
-
-
-def _live():
-    """The webhooks whose task may still change (a finished task's are never told again)."""
-    return PushConfig.objects.filter(last_status__state__in=LIVE_STATES)
 
 
 def notify(config_pk):
@@ -297,7 +275,7 @@ def sweep():
         deliveries__state=PushDelivery.State.PENDING,
         deliveries__next_attempt_at__lte=timezone.now(),
     )
-    live = _live()
+    live = PushConfig.objects.filter(last_status__state__in=LIVE_STATES)
     for pk in sorted(
         set(due.values_list("pk", flat=True)) | set(live.values_list("pk", flat=True))
     ):

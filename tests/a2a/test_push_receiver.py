@@ -1,8 +1,8 @@
 """The audit receiver's look-up of a trace's live webhooks (a2a.push._webhooks_of): one kept
-read of the task's configs, the live ones kept, whatever else the task or the others hold; and
-none at all for a partner none of whose tasks has a live webhook."""
+read of the task's configs, the live ones kept, whatever else the task or the others hold."""
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from a2a import push
 from a2a.models import A2AMessage, PushConfig
 from mcplet_host import kept
+from mcplet_host.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -18,18 +19,16 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def nothing_seen():
     push._seen.clear()
-    push._partners.clear()
     yield
     push._seen.clear()
-    push._partners.clear()
 
 
-def task(context_id, partner="acme-travel"):
+def task(context_id):
     return A2AMessage.objects.create(
         message_id=uuid.uuid4(),
         context_id=context_id,
         type=A2AMessage.Type.TASK_REQUEST,
-        sender_id=partner,
+        sender_id="acme-travel",
         recipient_id="dispatch-agent",
         body={},
         external=True,
@@ -52,59 +51,42 @@ def test_only_the_live_webhooks_of_the_traces_task_are_found():
     config(row, "not-an-object", ["TASK_STATE_WORKING"])
     config(task(other), "another-task", {"state": "TASK_STATE_WORKING"})
 
-    push._webhooks_of("acme-travel", str(other))  # the partner's look, once a SEEN_FOR
     with CaptureQueriesContext(connection) as statements:
-        found = push._webhooks_of("acme-travel", str(context_id))
+        found = push._webhooks_of(str(context_id))
     assert sorted(found) == sorted([submitted.pk, working.pk])
     assert len(statements.captured_queries) == 1
     [statement] = [s for key, s in kept._statements(connection).items() if PushConfig in key]
     assert statement is not kept.NOT_KEPT  # compiled once, not built anew by the ORM each time
-    assert push._webhooks_of("acme-travel", str(uuid.uuid4())) == ()
-    assert push._webhooks_of("acme-travel", "not a uuid \x00") == ()
+    assert push._webhooks_of(str(uuid.uuid4())) == ()
+    assert push._webhooks_of("not a uuid \x00") == ()
 
 
 def test_a_trace_is_read_again_once_its_moment_is_over():
     trace = str(uuid.uuid4())
     row = task(trace)
-    config(task(uuid.uuid4()), "another-task", {"state": "TASK_STATE_WORKING"})
-    assert push._webhooks_of("acme-travel", trace) == ()
+    assert push._webhooks_of(trace) == ()
     live = config(row, "late", {"state": "TASK_STATE_WORKING"})
-    assert push._webhooks_of("acme-travel", trace) == ()  # within SEEN_FOR: as seen
+    assert push._webhooks_of(trace) == ()  # within SEEN_FOR: as seen
     push._seen[trace] = (0, ())  # SEEN_FOR went by
-    assert push._webhooks_of("acme-travel", trace) == (live.pk,)
+    assert push._webhooks_of(trace) == (live.pk,)
 
 
-def test_a_partner_with_no_live_webhook_costs_one_look_a_moment_not_one_a_trace():
-    finished = config(task(uuid.uuid4()), "done", {"state": "TASK_STATE_COMPLETED"})
-    config(task(uuid.uuid4(), partner="other-partner"), "theirs", {"state": "TASK_STATE_WORKING"})
-    traces = [str(uuid.uuid4()) for _ in range(5)]
-    for trace in traces:
-        task(trace)
-    with CaptureQueriesContext(connection) as statements:
-        assert [push._webhooks_of("acme-travel", trace) for trace in traces] == [()] * 5
-    assert len(statements.captured_queries) == 1  # does any of its tasks have a live one?
-    assert "sender_id" in statements.captured_queries[0]["sql"]
-
-    # A webhook that goes live is found once the partner's moment is over.
-    PushConfig.objects.filter(pk=finished.pk).update(last_status={"state": "TASK_STATE_WORKING"})
-    assert push._webhooks_of("acme-travel", str(finished.task.context_id)) == ()
-    push._partners["acme-travel"] = (0, False)  # SEEN_FOR went by
-    assert push._webhooks_of("acme-travel", str(finished.task.context_id)) == (finished.pk,)
-
-
-def test_a_webhook_registered_here_is_seen_at_once(monkeypatch, django_capture_on_commit_callbacks):
-    """`register` forgets what this process saw of the partner and the trace: the task's next
-    change is pushed without waiting for SEEN_FOR."""
-    from agents.models import Agent
-
-    partner = Agent.objects.create(agent_id="acme-travel", display_name="Acme", kind="external")
-    row = task(uuid.uuid4())
-    assert push._webhooks_of("acme-travel", str(row.context_id)) == ()
+def test_a_new_trace_finds_the_webhook_registered_with_its_task(monkeypatch):
+    """A webhook given with SendMessage exists before any worker takes its task up
+    (bindings: one transaction): the first event of that trace in a process queues its push,
+    however recently that process heard the same partner's other traces. A cache by partner
+    would miss it, and a task done within its moment would be told only by the sweep."""
     queued = []
     monkeypatch.setattr(push, "enqueue", lambda name, args: queued.append((name, args)))
-    with django_capture_on_commit_callbacks(execute=True):
-        hook = {"id": "hook", "url": "https://hooks.example/a2a"}
-        push.register(partner, row, hook, baseline={"state": "TASK_STATE_SUBMITTED"})
-    [live] = PushConfig.objects.filter(task=row)
+
+    def heard(trace):
+        event = SimpleNamespace(trace_id=trace, details={"partner": "acme-travel"})
+        push.on_audit(AuditEvent, events=[event])
+
+    busy = str(uuid.uuid4())
+    task(busy)
+    heard(busy)  # the partner's other work, just heard: no webhook
+    trace = str(uuid.uuid4())
+    live = config(task(trace), "with-the-task", {"state": "TASK_STATE_SUBMITTED"})
+    heard(trace)
     assert queued == [(push.PUSH_TASK, [live.pk])]
-    assert push._webhooks_of("acme-travel", str(row.context_id)) == (live.pk,)
