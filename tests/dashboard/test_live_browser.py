@@ -62,10 +62,11 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
         {
             "evening-director": [
                 {
+                    "delay": 1,  # the answer to the click is seen before the cycle's outcome
                     "json": {
                         "target": "info-gathering-agent",
                         "instruction": "Find tomorrow's bookings at risk of cancelling",
-                    }
+                    },
                 }
             ],
             "info-gathering-agent": [
@@ -194,3 +195,45 @@ def test_a_filtered_audit_log_shows_new_matching_events_live(page, asgi_host, st
     expect(rows).to_contain_text("query_hr")
     assert page.evaluate("window.notReloaded") is True
     assert page.problems == []
+
+
+def test_the_cycles_outcome_is_not_hidden_by_a_late_answer_to_the_click(
+    browser, asgi_host, worker, registry, script, staff
+):
+    """The cycle may end, and its outcome reach the page, before the answer to "Run Director
+    now" does (a quick cycle, a slow network): the late answer must not put "queued" back."""
+    model = script({"evening-director": [{"json": {"target": "no-one", "instruction": "Wait"}}]})
+    director = Agent.objects.create(
+        agent_id="evening-director",
+        display_name="Evening Director",
+        kind=Agent.Kind.DIRECTOR,
+        prompt_template="Targets: {{ targets|join:', ' }}",
+        model=model,
+        backoff_seconds=0,
+    )
+    director.targets.add(registry["info"])
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context.set_default_timeout(30_000)
+    operator = context.new_page()
+    sign_in(operator, asgi_host)
+    held = []  # the answer to the click, held back until the cycle's outcome is shown
+
+    def hold(route):
+        held.append((route, route.fetch()))
+
+    operator.route("**/dashboard/control/directors/*/run/", hold)
+    operator.goto(f"{asgi_host}/dashboard/control/")
+    expect(operator.locator("#live")).to_have_attribute("data-state", "live")
+    operator.get_by_role("button", name="Run Director now").click()
+    result = operator.locator('[data-director-result="evening-director"]')
+    expect(result.locator(".badge")).to_have_text("skipped")  # the outcome, live
+    for _ in range(100):  # the handler keeps the answer once the server gave it
+        if held:
+            break
+        operator.wait_for_timeout(100)
+    [(route, answer)] = held
+    route.fulfill(response=answer)
+    operator.wait_for_timeout(500)  # the answer's handler has run
+    expect(result.locator(".badge")).to_have_text("skipped")
+    assert "queued" not in result.inner_text()
+    context.close()

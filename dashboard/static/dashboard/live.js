@@ -175,6 +175,7 @@
       const url = traceUrl(e.trace_id);
       if (url) parts.push(" ", el("a", { href: url }, "trace"));
       cell.replaceChildren(...parts);
+      cell.dataset.cycles = String(Number(cell.dataset.cycles || 0) + 1);
       flash(cell);
     }
   }
@@ -259,6 +260,11 @@
     event.preventDefault();
     const button = form.querySelector("button");
     button.disabled = true;
+    const results = () => form.dataset.director
+      ? [...document.querySelectorAll(`[data-director-result="${CSS.escape(form.dataset.director)}"]`)]
+      : [];
+    // The cycle's outcome may arrive before the answer to the POST: the answer never hides it.
+    const cyclesBefore = new Map(results().map((cell) => [cell, cell.dataset.cycles]));
     try {
       const response = await fetch(form.action, {
         method: "POST",
@@ -267,10 +273,9 @@
         credentials: "same-origin",
       });
       const answer = await response.json();
-      const cells = form.dataset.director
-        ? document.querySelectorAll(`[data-director-result="${CSS.escape(form.dataset.director)}"]`)
-        : [];
+      const cells = results();
       for (const cell of cells) {
+        if (cyclesBefore.has(cell) && cyclesBefore.get(cell) !== cell.dataset.cycles) continue;
         cell.replaceChildren(
           el("span", { class: "badge", "data-status": answer.ok ? "queued" : "error" },
             answer.ok ? "queued" : "refused"),
