@@ -50,6 +50,18 @@ def worker(django_db_setup, django_db_blocker, scripts, tmp_path_factory):
         yield process
 
 
+def evening_director(model, target):
+    director = Agent.objects.create(
+        agent_id="evening-director",
+        display_name="Evening Director",
+        kind=Agent.Kind.DIRECTOR,
+        prompt_template="Targets: {{ targets|join:', ' }}",
+        model=model,
+        backoff_seconds=0,
+    )
+    director.targets.add(target)
+
+
 def run_row(page, agent):
     return page.locator('[data-live="runs"] tr', has_text=agent)
 
@@ -88,15 +100,7 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
             ],
         }
     )
-    director = Agent.objects.create(
-        agent_id="evening-director",
-        display_name="Evening Director",
-        kind=Agent.Kind.DIRECTOR,
-        prompt_template="Targets: {{ targets|join:', ' }}",
-        model=model,
-        backoff_seconds=0,
-    )
-    director.targets.add(info)
+    evening_director(model, info)
     info.model, info.hands_off_to = model, dispatch
     info.save()
     dispatch.model = model
@@ -203,15 +207,7 @@ def test_the_cycles_outcome_is_not_hidden_by_a_late_answer_to_the_click(
     """The cycle may end, and its outcome reach the page, before the answer to "Run Director
     now" does (a quick cycle, a slow network): the late answer must not put "queued" back."""
     model = script({"evening-director": [{"json": {"target": "no-one", "instruction": "Wait"}}]})
-    director = Agent.objects.create(
-        agent_id="evening-director",
-        display_name="Evening Director",
-        kind=Agent.Kind.DIRECTOR,
-        prompt_template="Targets: {{ targets|join:', ' }}",
-        model=model,
-        backoff_seconds=0,
-    )
-    director.targets.add(registry["info"])
+    evening_director(model, registry["info"])
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     context.set_default_timeout(30_000)
     operator = context.new_page()
