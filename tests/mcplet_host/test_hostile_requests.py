@@ -59,3 +59,22 @@ def test_a_host_the_server_does_not_serve_is_400_and_audited(client, path, kind)
     assert event.result == "BLOCKED" and event.details["path"] == path
     assert event.details["reason"] == "a Host header this server does not serve"
     assert not AuditEvent.objects.filter(event_type="a2a.partner.request").exists()  # no view
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "testserver\x00",
+        "testserver\\@evil.example",
+        "evil.example\\testserver",
+        "\udcff",
+        "testserver:1e400",
+        "[" * 200,
+        "testserver:8000:80",
+    ],
+)
+def test_a_hostile_host_is_refused_the_same_way(client, host):
+    response = client.get("/a2a/agents", HTTP_HOST=host)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "VALIDATION_ERROR"
+    event = AuditEvent.objects.get(event_type="http.request.refused")
+    assert event.details["reason"] == "a Host header this server does not serve"
