@@ -10,10 +10,12 @@ from a2a import outbound
 from agents import runner
 from agents.forms import AgentForm
 from agents.models import Agent, AgentRun
+from mcplet_host.forms import FORM_FIELDS
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    formfield_overrides = FORM_FIELDS
     form = AgentForm
     actions = ["refresh_cards"]
     readonly_fields = ["remote_card_json", "card_fetched_at"]

@@ -2,12 +2,11 @@ from django import forms
 
 from a2a import outbound
 from agents.models import Agent
-from pools.forms import SecretMappingField
+from pools.forms import HeaderMappingField
 
 
 class AgentForm(forms.ModelForm):
-    credentials = SecretMappingField(
-        ":",
+    credentials = HeaderMappingField(
         help_text="Remote: one Header: value per line, sent with every request to it (e.g. "
         "Authorization: Bearer …). Saved secrets are never shown again.",
     )

@@ -6,6 +6,8 @@ only recorded (the audit trail) is written out with `printable()` (issue 14)."""
 import json
 import math
 
+from django.core.exceptions import ValidationError
+
 MAX_DEPTH = 64  # far beyond any §18 payload or tool arguments, far below Python's recursion limit
 
 
@@ -45,6 +47,15 @@ def problem(value, max_depth=MAX_DEPTH):
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
     return None
+
+
+def validate(value):
+    """A JSON model field's validator: a form refuses what could not be stored or shown again
+    (NUL, a lone surrogate typed as `\\ud800`, `1e400`, deep nesting), instead of saving it."""
+    found = problem(value)
+    if found:
+        path, why = found
+        raise ValidationError(f"{f'At {path}: ' if path else ''}{why[0].upper()}{why[1:]}.")
 
 
 def printable(value):

@@ -125,8 +125,18 @@ class PasskeyCredential(models.Model):
     @classmethod
     def register(cls, user, name, credential_json, origin):
         """Verify a new passkey (`credential.toJSON()` of navigator.credentials.create) and keep
-        it. Registering approves nothing (§7.2 Phase 3)."""
+        it. Registering approves nothing (§7.2 Phase 3); a refusal is audited."""
+        try:
+            return cls._verified(user, name, credential_json, origin)
+        except Refused as refusal:
+            audit_refusal("register", refusal, user=user)
+            raise
+
+    @classmethod
+    def _verified(cls, user, name, credential_json, origin):
         check_approver(user)
+        if not isinstance(credential_json, dict) or not isinstance(name, str):
+            raise Refused(assertions.MALFORMED, "This is not a passkey registration.")
         key = _registration_key(user)
         challenge = cache.get(key)
         if challenge is None or not cache.delete(key):  # the delete decides who used it
@@ -141,14 +151,14 @@ class PasskeyCredential(models.Model):
             )
         except (WebAuthnException, ValueError, TypeError) as exc:
             raise Refused(assertions.BAD_SIGNATURE, f"The passkey was not accepted: {exc}") from exc
-        response = credential_json.get("response") if isinstance(credential_json, dict) else {}
+        response = credential_json.get("response")
         transports = (response or {}).get("transports") or []
         credential_id = bytes_to_base64url(verified.credential_id)
         if cls.objects.filter(credential_id=credential_id).exists():
             raise Refused(assertions.MALFORMED, "This passkey is already registered.", 409)
         passkey = cls.objects.create(
             user=user,
-            name=(name or "").strip()[:100] or f"Passkey {timezone.now():%Y-%m-%d %H:%M}",
+            name=name.strip()[:100] or f"Passkey {timezone.now():%Y-%m-%d %H:%M}",
             credential_id=credential_id,
             public_key=verified.credential_public_key,
             sign_count=verified.sign_count,

@@ -169,10 +169,10 @@ def register_options(request):
 @approver_required
 @require_POST
 def register_verify(request):
-    body = _json(request) or {}
+    body = _json(request) or {}  # not an object the host can store: no credential, refused
     try:
         passkey = PasskeyCredential.register(
-            request.user, body.get("name", ""), body.get("credential"), _page_origin(request)
+            request.user, body.get("name") or "", body.get("credential"), _page_origin(request)
         )
     except Refused as refusal:
         return _error(refusal)

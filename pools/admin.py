@@ -3,6 +3,7 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from mcplet_host.forms import FORM_FIELDS
 from pools.discovery import discover
 from pools.forms import McpServerForm, SecretMappingField
 from pools.mcp_client import ServerUnreachable
@@ -12,6 +13,7 @@ from pools.oauth import admin as oauth_admin
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
+    formfield_overrides = FORM_FIELDS
     list_display = [
         "name",
         "description",

@@ -65,7 +65,30 @@ class SecretMappingField(forms.CharField):
                     )
                 value = stored[name]
             mapping[name] = value
+            if problem := self.line_problem(name, value):
+                raise forms.ValidationError(f"Line {number}: {problem}.", code="invalid")
         return mapping
+
+    def line_problem(self, name, value):
+        return ""
+
+
+class HeaderMappingField(SecretMappingField):
+    """HTTP request headers (`Name: value` lines), refused here when a client could not send
+    them: a name that is not an RFC 9110 token, a value outside visible ASCII."""
+
+    TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+    VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+    def __init__(self, **kwargs):
+        super().__init__(":", **kwargs)
+
+    def line_problem(self, name, value):
+        if not self.TOKEN.fullmatch(name):
+            return f"{name!r} is not a header name (letters, digits and !#$%&'*+.^_`|~- only)"
+        if not self.VALUE.fullmatch(value):
+            return f"the value of {name} holds a character a header cannot carry (ASCII only)"
+        return ""
 
 
 class SecretTextarea(forms.Textarea):
@@ -87,8 +110,7 @@ class McpServerForm(forms.ModelForm):
         help_text="stdio: one NAME=value per line. Saved secrets are never shown again (plain "
         "URLs are). MCPLET_VERIFY_URL, when not set here, is the host's own.",
     )
-    headers = SecretMappingField(
-        ":",
+    headers = HeaderMappingField(
         help_text="http: one Header: value per line. Saved secrets are never shown again.",
     )
 

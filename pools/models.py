@@ -9,7 +9,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Count, Q
 
-from mcplet_host import ratelimit
+from mcplet_host import ratelimit, storable
 from pools.fields import SealedJSONField
 
 
@@ -18,6 +18,9 @@ def validate_http_url(value):
     parsed = urlparse(value)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValidationError("Enter an http:// or https:// URL with a host.")
+    _, ambiguity = read_url(value)  # the host shown must be the host the clients connect to
+    if ambiguity:
+        raise ValidationError(f"Enter a URL every client reads alike: {ambiguity}.")
 
 
 class Pool(models.Model):
@@ -38,6 +41,7 @@ class Pool(models.Model):
         "Empty: no limit.",
     )
     domain_allowlist = models.JSONField(
+        validators=[storable.validate],
         default=list,
         blank=True,
         help_text='Hosts that URL-valued arguments may point to, e.g. ["api.weather.example", '
@@ -187,6 +191,7 @@ class McpServer(models.Model):
         max_length=500, blank=True, help_text="stdio: the program to launch, e.g. python."
     )
     args = models.JSONField(
+        validators=[storable.validate],
         default=list,
         blank=True,
         help_text='stdio: its arguments, e.g. ["-m", "mcplets.restaurant.crm"].',

@@ -15,6 +15,7 @@ from jsonschema.validators import validator_for
 from a2a import outbound
 from a2a.schemas import json_path
 from a2a.webhooks import validate_networks
+from mcplet_host import storable
 from pools.fields import SealedJSONField
 from pools.models import Pool, validate_http_url
 
@@ -46,10 +47,16 @@ class Agent(models.Model):
         "can widen them (§5.3.3, §16.2).",
     )
     input_schema = models.JSONField(
-        default=dict, blank=True, help_text="JSON Schema of the task parameters it accepts (§18.2)."
+        validators=[storable.validate],
+        default=dict,
+        blank=True,
+        help_text="JSON Schema of the task parameters it accepts (§18.2).",
     )
     output_schema = models.JSONField(
-        default=dict, blank=True, help_text="JSON Schema of the result it returns (§18.2)."
+        validators=[storable.validate],
+        default=dict,
+        blank=True,
+        help_text="JSON Schema of the result it returns (§18.2).",
     )
     version = models.CharField(max_length=32, default="1.0.0")
 
@@ -107,6 +114,7 @@ class Agent(models.Model):
         "meta-tools instead of every schema; they search only the tools this agent may call.",
     )
     pinned_tools = models.JSONField(
+        validators=[storable.validate],
         default=list,
         blank=True,
         help_text='Hybrid: names of tools always in context, e.g. ["read_file"] (still only '

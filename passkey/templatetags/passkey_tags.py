@@ -53,8 +53,8 @@ def _table(rows, depth):
             (
                 format_html_join(
                     "",
-                    "<td>{}</td>",
-                    ((_render(row[c], depth + 1) if c in row else "",) for c in columns),
+                    '<td data-label="{}">{}</td>',  # the column's name, shown above on a phone
+                    ((c, _render(row[c], depth + 1) if c in row else "") for c in columns),
                 ),
             )
             for row in rows

@@ -6,6 +6,8 @@ reference scenario's data: tests/e2e/test_reference_browser.py.)"""
 import copy
 import os
 import uuid
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import expect
@@ -14,7 +16,7 @@ from agents.models import Agent
 from mcplet_host import audit
 from mcplet_host.models import AuditEvent
 from tests import processes
-from tests.browser import outside_the_browser_loop
+from tests.browser import new_page, outside_the_browser_loop
 from tests.dashboard.conftest import sign_in
 from tests.processes import celery_worker, daphne
 
@@ -25,6 +27,7 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=30_000)  # a worker's cycle, not a page's render
 
 NAMESPACE = f"dashboard-live-{os.getpid()}"
+TOKYO = "Asia/Tokyo"  # nine hours from the server's UTC
 
 
 def host_environment(scripts):
@@ -126,6 +129,9 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
     expect(run_row(watcher, "dispatch-agent")).to_contain_text("awaiting approval")
     approvals = watcher.locator('[data-live="approvals"] tr', has_text="send_email")
     expect(approvals).to_contain_text("waiting for approval")
+    tiles = watcher.get_by_label("At a glance")  # the counts follow the rows
+    expect(tiles).to_contain_text("1 pending approval")
+    expect(tiles).to_contain_text("1 run in progress")
     audit = watcher.locator('[data-live="audit"]')
     expect(audit).to_contain_text("director.cycle.ran")
     expect(audit).to_contain_text("dashboard.run_director")
@@ -136,6 +142,8 @@ def test_a_run_started_from_run_director_now_appears_and_progresses_live(
     expect(operator.locator(".messages")).to_contain_text("cancelled")
     expect(run_row(watcher, "dispatch-agent")).to_contain_text("Cancelled")
     expect(approvals).to_contain_text("Rejected")
+    expect(tiles).to_contain_text("0 pending approvals")
+    expect(tiles).to_contain_text("0 runs in progress")
     expect(audit).to_contain_text("dashboard.cancel_run")
     assert watcher.evaluate("window.notReloaded") is True
     context.close()
@@ -183,7 +191,11 @@ def test_a_trace_redraws_itself_as_its_steps_arrive(page, asgi_host, staff, tool
     assert page.problems == []
 
 
-def test_a_filtered_audit_log_shows_new_matching_events_live(page, asgi_host, staff, tool_call):
+def test_a_filtered_audit_log_shows_new_matching_events_live(browser, asgi_host, staff, tool_call):
+    """In the reader's time zone, as the rows the page came with: the server writes UTC."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, timezone_id=TOKYO)
+    context.set_default_timeout(30_000)
+    page = new_page(context)
     trace = str(uuid.uuid4())
     tool_call("query_crm", trace)
     sign_in(page, asgi_host)
@@ -198,7 +210,12 @@ def test_a_filtered_audit_log_shows_new_matching_events_live(page, asgi_host, st
     expect(rows).to_have_count(1)
     expect(rows).to_contain_text("query_hr")
     assert page.evaluate("window.notReloaded") is True
+    shown = rows.locator("time")
+    instant = datetime.fromisoformat(shown.get_attribute("datetime"))
+    local = instant.astimezone(ZoneInfo(TOKYO)).strftime("%Y-%m-%d %H:%M:%S")
+    expect(shown).to_have_text(local)
     assert page.problems == []
+    context.close()
 
 
 def test_the_cycles_outcome_is_not_hidden_by_a_late_answer_to_the_click(

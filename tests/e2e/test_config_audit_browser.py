@@ -173,3 +173,21 @@ def test_each_change_in_admin_is_an_event_of_the_operator(
         assert event_type in listed
     assert "TOOL_EXECUTED" not in listed
     assert page.problems == []
+
+
+def test_an_agent_saved_unchanged_records_no_change(page, live_server, admin_user):
+    """The browser posts a textarea's line breaks as CRLF: the prompts stay as written, and
+    saving the form unchanged is no change of the agent's."""
+    prompt = "Find guests at risk.\nAnswer in JSON.\n\nNever write to anyone."
+    agent = Agent.objects.create(
+        agent_id="planner", display_name="Planner", system_prompt=prompt, description="a\nb"
+    )
+    first = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    use_session(page, live_server.url, admin_user)
+    open_page(page, url(live_server.url, Agent, "change", agent.pk))
+    save(page)
+    agent.refresh_from_db()
+    assert (agent.system_prompt, agent.description) == (prompt, "a\nb")
+    changed = AuditEvent.objects.filter(seq__gt=first, event_type="mcplet.config.agent.changed")
+    assert not changed.exists(), [e.details for e in changed]
+    assert page.problems == []

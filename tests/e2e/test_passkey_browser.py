@@ -25,11 +25,12 @@ from mcplet_host import gateway
 from mcplet_host.authority import HOST, Authority
 from passkey import loopback
 from passkey.models import PasskeyCredential
-from tests.browser import open_tab
+from tests.browser import LAPTOP, open_tab
 from tests.passkey.conftest import configure
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+PHONE = {"width": 390, "height": 844}
 MAIL = {"to": ["sato@example.jp", "kim@example.kr"], "body": "Free dessert tomorrow!\nSee you."}
 
 
@@ -271,6 +272,27 @@ def test_the_plan_reads_as_text_and_tables_and_every_page_leads_on(page, host, a
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED
     assert [p for p in page.problems + approval.problems if "/ws/" not in p] == []
+
+
+def test_the_plan_reads_on_a_phone(page, host, approver, registry):
+    """The approver's phone: each value as wide as the screen, a table's rows as cards with
+    their columns named, nothing to scroll sideways."""
+    register_passkey(page, host)
+    ceremony = held_result.hold(Asker("planning-agent"), PLAN, "Approve the plan")
+    heights = {}
+    for name, size in (("laptop", LAPTOP), ("phone", PHONE)):
+        page.set_viewport_size(size)
+        page.goto(f"{host}{ceremony.get_absolute_url()}")
+        heights[name] = page.evaluate("document.documentElement.scrollHeight")
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    body = page.locator("#arguments p.text")
+    assert body.bounding_box()["width"] >= 300  # was 28 px: two characters a line
+    cell = page.locator("#arguments table.value tbody tr").first.locator("td").first
+    assert cell.bounding_box()["width"] >= 300
+    assert page.evaluate("(td) => getComputedStyle(td, '::before').content", cell.element_handle())
+    assert heights["phone"] < 2 * heights["laptop"], heights  # was 3.5 times
+    expect(page.locator("#approve")).to_be_visible()
+    assert page.problems == []
 
 
 @pytest.mark.parametrize("mode", ["https", "localhost"])

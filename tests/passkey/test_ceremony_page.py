@@ -151,9 +151,10 @@ def test_a_result_to_confirm_reads_as_text_lists_and_tables(approver_client):
     assert '<li><span class="text">lend umbrellas</span></li>' in shown
     # A list of objects is a table, one column per key; what one row lacks stays empty.
     assert '<th scope="col">name</th><th scope="col">email</th><th scope="col">vip</th>' in shown
-    assert '<td><span class="text">&lt;b&gt;Kim&lt;/b&gt;</span></td>' in shown
-    assert "<td><code>true</code></td>" in shown
-    assert "<td></td></tr>" in shown
+    # Each cell names its column (a phone shows it above the value).
+    assert '<td data-label="name"><span class="text">&lt;b&gt;Kim&lt;/b&gt;</span></td>' in shown
+    assert '<td data-label="vip"><code>true</code></td>' in shown
+    assert '<td data-label="vip"></td></tr>' in shown
     # Text with line breaks is a paragraph that keeps them, exactly.
     assert '<p class="text">{name} 様\n\nA dessert awaits you.\n</p>' in shown
     assert "<code>120</code>" in shown and "<code>null</code>" in shown

@@ -91,6 +91,30 @@ def test_registration_refusals(approver_client, tamper, reason):
     response = approver_client.post("/passkey/register/verify/", body, "application/json")
     assert response.status_code == 400 and response.json()["reason"] == reason
     assert PasskeyCredential.objects.count() == (1 if tamper == "replay" else 0)
+    refused = AuditEvent.objects.get(event_type="mcplet.passkey.refused")
+    assert (refused.actor_id, refused.details) == ("manager", {"stage": "register", "reason": reason})
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{}",
+        '{"name": "x"}',
+        "not json",
+        '{"name": "a\\u0000b", "credential": {}}',  # NUL: no body the host can store
+        '{"name": "k", "credential": "\\ud800"}',
+        '{"name": 5, "credential": {}}',
+        '{"name": "k", "credential": []}',
+        "[]",
+    ],
+)
+def test_a_body_that_is_no_registration_is_refused_and_audited(approver_client, body):
+    approver_client.post("/passkey/register/options/")
+    response = approver_client.post("/passkey/register/verify/", body, "application/json")
+    assert response.status_code == 400 and response.json()["reason"] == "malformed"
+    assert not PasskeyCredential.objects.exists()
+    refused = AuditEvent.objects.get(event_type="mcplet.passkey.refused")
+    assert refused.details == {"stage": "register", "reason": "malformed"}
 
 
 def test_admin_lists_and_revokes_passkeys(staff_client, approver_client, approver, held):

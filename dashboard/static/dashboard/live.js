@@ -27,6 +27,13 @@
     t.textContent = formatTime(iso);
     return t;
   }
+  // The server writes times in its own zone; the page shows them in the reader's.
+  function localTimes(root) {
+    for (const t of root.querySelectorAll("time[datetime]")) {
+      const text = formatTime(t.dateTime);
+      if (text) t.textContent = text;
+    }
+  }
   function el(tag, attributes = {}, text = "") {
     const node = document.createElement(tag);
     for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
@@ -131,39 +138,46 @@
     }
   }
 
-  // Parts the server draws (a trace, a filtered audit log, the approvals' history): fetch the
-  // page again and swap the part, keeping what the operator opened. Events come in bursts, so
-  // wait for the burst to end.
+  // Parts the server draws (a trace, a filtered audit log, the approvals' history, the
+  // overview's counts): fetch the page again and swap each element of the part, keeping what
+  // the operator opened. Events come in bursts, so wait for the burst to end.
   const redrawTimers = {};
   function redraw(part, notice) {
     clearTimeout(redrawTimers[part]);
     redrawTimers[part] = setTimeout(async () => {
       const selector = `[data-redraw="${part}"]`;
-      const current = document.querySelector(selector);
-      let fresh = null;
+      const current = [...document.querySelectorAll(selector)];
+      let fresh = [];
       try {
         const response = await fetch(location.pathname + location.search, {
           headers: { Accept: "text/html" },
         });
         if (response.ok) {
           const page = new DOMParser().parseFromString(await response.text(), "text/html");
-          fresh = page.querySelector(selector);
+          fresh = [...page.querySelectorAll(selector)];
         }
       } catch (error) {
-        fresh = null;
+        fresh = [];
       }
-      if (!current || !fresh) {
+      if (!current.length || fresh.length !== current.length) {
         showNotice(`${notice}: reload the page to see it.`);
         return;
       }
-      const opened = [...current.querySelectorAll("details[open][id]")].map((d) => d.id);
-      for (const id of opened) fresh.querySelector(`#${CSS.escape(id)}`)?.setAttribute("open", "");
-      current.replaceWith(fresh);
-      flash(fresh.querySelector(".diagram") || fresh);
+      current.forEach((old, i) => swap(old, fresh[i]));
     }, 250);
+  }
+  function swap(current, fresh) {
+    const opened = [...current.querySelectorAll("details[open][id]")].map((d) => d.id);
+    for (const id of opened) fresh.querySelector(`#${CSS.escape(id)}`)?.setAttribute("open", "");
+    localTimes(fresh);
+    if (fresh.innerHTML === current.innerHTML) return;
+    current.replaceWith(fresh);
+    flash(fresh.querySelector(".diagram") || fresh);
   }
   const redrawn = (part) => document.querySelector(`[data-redraw="${part}"]`) !== null;
   const redrawTrace = () => redraw("trace", "New steps arrived in this trace");
+  // The counts a run or an approval moves (the overview's tiles, its agents' runs).
+  const redrawCounts = () => redrawn("counts") && redraw("counts", "The counts changed");
 
   function onCycle(e) {
     const outcome = e.event_type.slice(CYCLE.length);
@@ -181,6 +195,7 @@
   }
 
   function onRun(run) {
+    redrawCounts();
     const data = { ...run, short_context: run.context_id.slice(0, 8) };
     for (const body of document.querySelectorAll('[data-live="runs"]')) {
       let row = findRow(body, run.id);
@@ -199,6 +214,7 @@
   }
 
   function onApproval(approval) {
+    redrawCounts();
     if (redrawn("approvals")) redraw("approvals", "An approval changed");
     for (const body of document.querySelectorAll('[data-live="approvals"]')) {
       if (body.closest("[data-redraw]")) continue; // the server draws it again
@@ -297,10 +313,7 @@
     if (target && target.tagName === "DETAILS") target.open = true;
   }
 
-  for (const t of document.querySelectorAll("time[datetime]")) {
-    const text = formatTime(t.dateTime);
-    if (text) t.textContent = text;
-  }
+  localTimes(document);
   window.addEventListener("hashchange", openStep);
   openStep();
   setState("connecting");
