@@ -38,7 +38,7 @@ class Listener:
     """`async with Listener(trace) as listener: await listener.changed(timeout)`."""
 
     def __init__(self, trace):
-        self.channel = channel(trace)
+        self.trace = trace
 
     async def __aenter__(self):
         if settings.REDIS_URL is not None:
@@ -46,7 +46,7 @@ class Listener:
 
             self.redis = aioredis.from_url(settings.REDIS_URL)
             self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-            await self.pubsub.subscribe(self.channel)
+            await self.pubsub.subscribe(channel(self.trace))
         return self
 
     async def changed(self, timeout):

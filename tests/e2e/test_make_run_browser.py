@@ -4,11 +4,14 @@ process after migrate, seed_reference and ensure_admin, exactly as the Makefile 
 no passkey origin configured: the host serves approvals from the port it runs on, and the mail
 MCPlet verifies with it there. Ten e-mails end in the outbox."""
 
+import json
 import os
 import re
 import subprocess
 import sys
+import uuid
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -77,13 +80,13 @@ def make_run(tmp_path_factory):
         )
     try:
         wait_until(lambda: "Try the reference scenario" in log.read_text(), "runhost", host)
-        yield f"http://localhost:{port}", password, var
+        yield f"http://localhost:{port}", password, var, env
     finally:
         stop(host, 20)
 
 
 def test_the_walkthrough_on_any_port_sends_ten_emails(page, make_run):
-    host, password, var = make_run
+    host, password, var, _ = make_run
     guests = at_risk()
     assert len(guests) == 10
     sign_in(page, host, "admin", password)
@@ -94,3 +97,31 @@ def test_the_walkthrough_on_any_port_sends_ten_emails(page, make_run):
     outbox = var / "outbox"
     wait_until(lambda: len(sent_mail(outbox)) == 10, "ten e-mails in the outbox")
     assert page.problems == []
+
+
+def test_a_partner_streams_its_task_from_the_embedded_host(make_run):
+    """The embedded default has no Redis to announce a task's changes: its stream re-reads the
+    task (a2a.events), from the first event to the last."""
+    host, _, _, env = make_run
+    key = make(env, "create_partner_key", "partner-bot", "--name", "stream").strip()
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": {}}]}
+    with httpx.stream(
+        "POST",
+        f"{host}/a2a/v1/info-gathering-agent/message:stream",
+        json={"message": message},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = (json.loads(line[6:]) for line in response.iter_lines() if line[:6] == "data: ")
+        first = next(events)
+        assert first["task"]["contextId"]
+        last = first
+        for last in events:
+            if "statusUpdate" in last and last["statusUpdate"]["status"]["state"] not in (
+                "TASK_STATE_SUBMITTED",
+                "TASK_STATE_WORKING",
+            ):
+                break
+    assert "statusUpdate" in last, last  # the stream went on past its first event
