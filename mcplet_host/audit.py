@@ -34,18 +34,25 @@ def event(
     details=None,
 ):
     """An unsaved event, for `record_many()`. Hostile text (a refused tool name, a path holding
-    NUL) is written out, so that recording a refusal never fails."""
+    NUL, a name longer than its column) is written out, so that recording a refusal never
+    fails."""
     return AuditEvent(
-        trace_id=printable(trace_id or ""),
+        trace_id=_fitted("trace_id", trace_id),
         event_type=str(event_type),
         actor_type=str(actor_type),
-        actor_id=printable(actor_id or ""),
-        target_server=printable(target_server or ""),
-        target_tool=printable(target_tool or ""),
+        actor_id=_fitted("actor_id", actor_id),
+        target_server=_fitted("target_server", target_server),
+        target_tool=_fitted("target_tool", target_tool),
         result=result,
         # Stored as JSON, so hash what the database will give back.
         details=json.loads(json.dumps(printable(details or {}), cls=DjangoJSONEncoder)),
     )
+
+
+def _fitted(name, value):
+    text = printable(str(value or ""))
+    limit = AuditEvent._meta.get_field(name).max_length
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def record(event_type, **fields):

@@ -4,7 +4,9 @@
 change of a tool's status and every server connection change is audited.
 """
 
+import hashlib
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -12,10 +14,8 @@ import anyio
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 
-from mcplet_host import audit, metrics, storable
+from mcplet_host import audit, jsonschemas, metrics, storable
 from mcplets.envelope import AUTH_ENFORCEMENTS, MCPLET_TYPES, VISIBILITIES
 from pools import signals
 from pools.mcp_client import ServerConfig, ServerUnreachable, describe, open_session
@@ -56,6 +56,13 @@ class DiscoveredTool:
             self.unstorable = f"the host cannot store {', '.join(spoilt)}"
             for name in fields:
                 setattr(self, name, storable.printable(getattr(self, name)))
+        for name in ("name", "title"):  # the columns' lengths: PostgreSQL refuses more
+            value, limit = getattr(self, name), Mcplet._meta.get_field(name).max_length
+            if len(value) > limit:
+                too_long = f"its {name} is longer than {limit} characters"
+                self.unstorable = "; ".join(filter(None, [self.unstorable, too_long]))
+                digest = hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:12]
+                setattr(self, name, f"{value[: limit - 13]}…{digest}")  # still one per name
 
 
 async def list_all_tools(session, cache_mode="refresh"):
@@ -81,12 +88,8 @@ def parse_schema_resource(text):
     except json.JSONDecodeError as exc:
         raise ValueError(f"it is not JSON ({exc})") from None
     schema = payload.get("schema") if isinstance(payload, dict) and "schema" in payload else payload
-    if not isinstance(schema, dict | bool):
-        raise ValueError("it holds no JSON Schema object")
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        raise ValueError(f"it is not a valid JSON Schema ({exc.message})") from None
+    if why := jsonschemas.problem(schema):
+        raise ValueError(f"it {why}")
     return schema
 
 
@@ -162,7 +165,11 @@ def classify(tool, pools):
 
     visibility = meta.get("visibility")
     # §6.3 allows ['model'], ['app'] and ['model', 'app'] (in any order).
-    valid_visibility = isinstance(visibility, list) and sorted(visibility) in ALLOWED_VISIBILITY
+    valid_visibility = (
+        isinstance(visibility, list)
+        and all(isinstance(v, str) for v in visibility)
+        and sorted(visibility) in ALLOWED_VISIBILITY
+    )
     if visibility is None:
         reasons.append("it declares no _meta.visibility (§5.1: a registration must provide it)")
     elif not valid_visibility:
@@ -208,6 +215,11 @@ def classify(tool, pools):
     if not isinstance(uri, str):
         reasons.append("_meta.mcpletToolResultSchemaUri is not a URI (§6.4)")
         uri = ""
+    elif uri != _fitted("result_schema_uri", uri):
+        reasons.append("_meta.mcpletToolResultSchemaUri is longer than the host keeps")
+        uri = _fitted("result_schema_uri", uri)
+    if why := jsonschemas.problem(tool.input_schema):
+        reasons.append(f"its inputSchema {why} (§5.3.1)")
     if tool.schema_error:
         reasons.append(tool.schema_error)
     if tool.unstorable:
@@ -226,9 +238,9 @@ def classify(tool, pools):
         "meta": tool.meta if tool.meta is not None else {},
         "mcplet_type": mcplet_type if mcplet_type in MCPLET_TYPES else "",
         "visibility": visibility if valid_visibility else [],
-        "pool_name": pool_name or "",
+        "pool_name": _fitted("pool_name", pool_name or ""),
         "pool": pool,
-        "auth_required": str(auth.get("required", "") or ""),
+        "auth_required": _fitted("auth_required", str(auth.get("required", "") or "")),
         "auth_enforcement": auth.get("enforcement", "")
         if auth.get("enforcement") in AUTH_ENFORCEMENTS
         else "",
@@ -238,6 +250,12 @@ def classify(tool, pools):
         "status": Mcplet.Status.REJECTED if reasons else Mcplet.Status.ACCEPTED,
         "rejection_reason": "; ".join(reasons),
     }
+
+
+def _fitted(field_name, value):
+    """`value` cut to its column's length (a rejected tool's value, stored as the reason's
+    evidence: a pool name or an auth value no registered one could match)."""
+    return value[: Mcplet._meta.get_field(field_name).max_length]
 
 
 # --- applying a snapshot to the registry ----------------------------------------------------
@@ -325,11 +343,24 @@ def apply_snapshot(server_id, tools, protocol_version=""):
         taken = _served_elsewhere(server, {t.name for t in tools})
         report, events, to_create, to_update, seen = DiscoveryReport(server.name), [], [], [], set()
 
+        listed = Counter(tool.name for tool in tools)
         for tool in tools:
             fields = classify(tool, pools)
             if tool.name in seen:
-                continue  # a server listing a name twice: the first one wins
+                continue  # a name listed twice is one rejected tool, kept as first listed
             seen.add(tool.name)
+            if listed[tool.name] > 1:
+                fields["status"] = Mcplet.Status.REJECTED
+                fields["rejection_reason"] = "; ".join(
+                    filter(
+                        None,
+                        [
+                            fields["rejection_reason"],
+                            f"the server lists {listed[tool.name]} tools of this name: which "
+                            "one a call would run is unknown",
+                        ],
+                    )
+                )
             if fields["status"] == Mcplet.Status.ACCEPTED and tool.name in taken:
                 fields["status"] = Mcplet.Status.REJECTED
                 fields["rejection_reason"] = (

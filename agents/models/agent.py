@@ -8,14 +8,11 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
 
 from a2a import outbound
 from a2a.schemas import json_path
 from a2a.webhooks import validate_networks
-from mcplet_host import storable
+from mcplet_host import jsonschemas, storable
 from pools.fields import SealedJSONField
 from pools.models import Pool, validate_http_url
 
@@ -47,13 +44,13 @@ class Agent(models.Model):
         "can widen them (§5.3.3, §16.2).",
     )
     input_schema = models.JSONField(
-        validators=[storable.validate],
+        validators=[storable.validate, jsonschemas.validate],
         default=dict,
         blank=True,
         help_text="JSON Schema of the task parameters it accepts (§18.2).",
     )
     output_schema = models.JSONField(
-        validators=[storable.validate],
+        validators=[storable.validate, jsonschemas.validate],
         default=dict,
         blank=True,
         help_text="JSON Schema of the result it returns (§18.2).",
@@ -319,8 +316,10 @@ class Agent(models.Model):
         schema = self.input_schema
         if not schema:
             return None
-        validator = validator_for(schema, Draft202012Validator)(schema)
-        problem = best_match(validator.iter_errors(parameters))
+        try:
+            problem = jsonschemas.first_error(schema, parameters)
+        except jsonschemas.Unusable as exc:
+            return json_path(["payload", "parameters"]), f"the inputSchema of {self.agent_id} {exc}"
         if problem is None:
             return None
         path = json_path(["payload", "parameters", *problem.absolute_path])

@@ -4,11 +4,8 @@ surface, grants, arguments, pool policy — each refusal a `Refusal` naming its 
 from dataclasses import replace
 
 from django.apps import apps
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
 
-from mcplet_host import registry, storable
+from mcplet_host import jsonschemas, registry, storable
 from mcplets import ErrorCode
 from pools.models import Mcplet
 
@@ -110,8 +107,11 @@ def _check_policy(mcplet, arguments):
 def _check_arguments(mcplet, arguments):
     if not isinstance(arguments, dict):
         raise Refusal(ErrorCode.VALIDATION_ERROR, "Arguments must be a JSON object.", "arguments")
-    schema = mcplet.input_schema or {}
-    problem = best_match(validator_for(schema, Draft202012Validator)(schema).iter_errors(arguments))
+    try:
+        problem = jsonschemas.first_error(mcplet.input_schema or {}, arguments)
+    except jsonschemas.Unusable as exc:
+        message = f"The tool's inputSchema {exc}: nothing was sent."
+        raise Refusal(ErrorCode.VALIDATION_ERROR, message, "arguments") from None
     if problem is not None:
         where = "/".join(str(p) for p in problem.absolute_path) or "(the arguments)"
         raise Refusal(ErrorCode.VALIDATION_ERROR, f"{where}: {problem.message}", "arguments")

@@ -4,11 +4,7 @@ the recovery hints a server sent (MGP §14.5) and the steps a person must take (
 import json
 from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
-
-from mcplet_host import storable
+from mcplet_host import jsonschemas, storable
 from mcplet_host.gateway.checks import SURFACES
 from mcplets import ErrorCode, error, ok, recovery_hints
 from pools.models import read_url
@@ -141,8 +137,11 @@ def envelope_of(mcplet, result):
         return error_envelope(code, str(message), mcplet.name, mcplet, **server_hints(err))
     value = body["result"] if is_envelope else body
     if mcplet.result_schema is not None:
-        schema = mcplet.result_schema
-        problem = best_match(validator_for(schema, Draft202012Validator)(schema).iter_errors(value))
+        try:
+            problem = jsonschemas.first_error(mcplet.result_schema, value)
+        except jsonschemas.Unusable as exc:
+            message = f"Its declared schema ({mcplet.result_schema_uri}) {exc} (§9.2)."
+            return error_envelope("X_INVALID_RESULT", message, mcplet.name, mcplet)
         if problem is not None:
             where = "/".join(str(p) for p in problem.absolute_path) or "(the result)"
             return error_envelope(
