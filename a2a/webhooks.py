@@ -36,11 +36,32 @@ def validate_networks(text):
         raise ValidationError(f"Not a network: {exc}") from None
 
 
+# IPv6 addresses that carry an IPv4 one, which a translator, a tunnel or the kernel reaches:
+# Python counts most of them global whatever they carry (127.0.0.1 through NAT64, 6to4…).
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
+COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291's deprecated IPv4-compatible addresses
+LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: where it sits is local
+
+
+def carried_ipv4(address):
+    """The IPv4 address an IPv6 one leads to (mapped, compatible, 6to4, Teredo's client,
+    NAT64), or None."""
+    if address.version == 4:
+        return None
+    if address.ipv4_mapped or address.sixtofour:
+        return address.ipv4_mapped or address.sixtofour
+    if address.teredo:
+        return address.teredo[1]
+    if address in NAT64 or address in COMPATIBLE:
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return None
+
+
 def allowed(address, allowed_networks):
-    address = getattr(address, "ipv4_mapped", None) or address
+    address = carried_ipv4(address) or address
     if any(address in network for network in allowed_networks):
         return True
-    return address.is_global and not address.is_multicast
+    return address.is_global and not address.is_multicast and address not in LOCAL_NAT64
 
 
 def _addresses(host, port):

@@ -205,6 +205,13 @@ def test_each_post_checks_the_address_again(
         "http://2130706433/",
         "http://localhost:8080/",
         "http://[::ffff:127.0.0.1]/",
+        "http://[64:ff9b::7f00:1]/",  # NAT64 of 127.0.0.1
+        "http://[64:ff9b::a9fe:a9fe]/",  # NAT64 of 169.254.169.254
+        "http://[64:ff9b:1::a00:1]/",  # local-use NAT64
+        "http://[2002:7f00:1::]/",  # 6to4 of 127.0.0.1
+        "http://[2002:a00:1::]/",  # 6to4 of 10.0.0.1
+        "http://[::7f00:1]/",  # IPv4-compatible 127.0.0.1
+        "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",  # Teredo, client 127.0.0.1
         "http://[fe80::1]/",
         "http://0.0.0.0/",
         "http://100.64.0.1/",  # shared address space
@@ -232,6 +239,9 @@ def test_a_public_address_is_pinned_and_an_allowed_network_opens_one():
     assert webhooks.target("http://127.0.0.1:9/h", allowed)[0] == "http://127.0.0.1:9/h"
     with pytest.raises(webhooks.Refused):
         webhooks.target("http://10.21.0.1/h", allowed)
+    # An IPv6 address carrying a public IPv4 one is public; carrying an allowed one, allowed.
+    assert webhooks.target("http://[64:ff9b::808:808]/h", [])[0] == "http://[64:ff9b::808:808]:80/h"
+    assert webhooks.target("http://[64:ff9b::a14:304]/h", allowed)  # 10.20.3.4
 
 
 def rpc_create(task_id, **config):
