@@ -9,6 +9,7 @@ from rest_framework import exceptions, status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView, exception_handler
@@ -16,6 +17,7 @@ from rest_framework.views import APIView, exception_handler
 from a2a import identity, service
 from a2a.models import KEY_PREFIX, PartnerKey
 from a2a.schemas import A2AValidationError, validate
+from a2a.webhooks import CONTENT_TYPE as A2A_JSON  # A2A's media type, beside application/json
 from agents.models import Agent
 from mcplet_host import audit, metrics, ratelimit, storable
 
@@ -112,15 +114,12 @@ class PartnerRateThrottle(SimpleRateThrottle):
         return None if self.wait_ms is None else self.wait_ms / 1000
 
 
-class LimitedJSONParser(JSONParser):
-    """JSON up to MAX_BODY that the host can store and sign: no infinite numbers, lone
-    surrogates or NUL characters, no nesting deeper than storable.MAX_DEPTH (issue 14)."""
+class StorableJSON:
+    """JSON the host can store and sign: no infinite numbers, lone surrogates or NUL
+    characters, no nesting deeper than storable.MAX_DEPTH (issue 14); its size is checked
+    before (`check_body`)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        request = (parser_context or {}).get("request")
-        length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
-        if length > MAX_BODY:
-            raise PayloadTooLarge()
         try:
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:
@@ -130,6 +129,33 @@ class LimitedJSONParser(JSONParser):
             path, why = unusable
             raise UnusableJSON(f"{path or 'the body'}: {why}")
         return data
+
+
+class LimitedJSONParser(StorableJSON, JSONParser):
+    pass
+
+
+class A2AJSONParser(StorableJSON, JSONParser):
+    """The A2A binding's own media type (the a2a-sdk's servers and the host's webhooks send it)."""
+
+    media_type = A2A_JSON
+
+
+class A2AJSONRenderer(JSONRenderer):
+    media_type = A2A_JSON
+
+
+def check_body(meta):
+    """Refuse a body before it is read: Django refuses one over 2.5 MiB with an HTML page, and
+    reads a chunked one (no Content-Length) as empty, which would be refused as the wrong one."""
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise exceptions.ParseError("The Content-Length is not a number.") from None
+    if length > MAX_BODY:
+        raise PayloadTooLarge()
+    if not length and "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower():
+        raise LengthRequired()
 
 
 class UnusableJSON(exceptions.ParseError):
@@ -142,13 +168,21 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "X_PAYLOAD_TOO_LARGE"
 
 
+class LengthRequired(exceptions.APIException):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_detail = "Send the body with a Content-Length (at most 1 MiB), not chunked."
+    default_code = "VALIDATION_ERROR"
+
+
 CODES = {
     400: "VALIDATION_ERROR",
     401: "AUTH_REQUIRED",
     403: "X_FORBIDDEN",
     404: "NOT_FOUND",
     405: "X_METHOD_NOT_ALLOWED",
+    406: "VALIDATION_ERROR",
     409: "X_CONFLICT",
+    411: "VALIDATION_ERROR",
     413: "X_PAYLOAD_TOO_LARGE",
     415: "VALIDATION_ERROR",
     429: "RATE_LIMITED",
@@ -244,7 +278,12 @@ class PartnerView(APIView):
     authentication_classes = [PartnerKeyAuthentication]
     permission_classes = [IsAuthenticated]  # authentication refuses first; this documents it
     throttle_classes = [PartnerRateThrottle]
-    parser_classes = [LimitedJSONParser]
+    parser_classes = [LimitedJSONParser, A2AJSONParser]
+    renderer_classes = [JSONRenderer, A2AJSONRenderer]  # errors are JSON, never a browsable page
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # who asks, and their rate, first
+        check_body(request.META)
 
     def get_exception_handler(self):
         return handle_exception

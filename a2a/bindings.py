@@ -62,7 +62,7 @@ class BindingView(PartnerView):
     """What the JSON-RPC and HTTP+JSON views share: the agent a request is for, and the
     operations themselves (each returns a ProtoJSON value, or raises)."""
 
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    renderer_classes = [*PartnerView.renderer_classes, EventStreamRenderer]
 
     def agent(self, agent_id):
         agent = service.callable_agent(self.partner, agent_id)

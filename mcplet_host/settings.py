@@ -294,6 +294,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",  # vendored: the CSP allows no CDN
     "SWAGGER_UI_DIST": "SIDECAR",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Bodies documented as application/json; application/a2a+json is read alike.
+    "PARSER_WHITELIST": ["a2a.api.LimitedJSONParser"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "a2a.api.task_links",

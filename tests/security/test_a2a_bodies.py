@@ -93,7 +93,55 @@ def test_bodies_that_are_not_a_task(partner, info_calls_crm, attempts):
         refused(attempts, partner, content_type, valid, 415, content_type=content_type)
     oversized = json.dumps(task(payload={"parameters": {"pad": "x" * MAX_BODY}}))
     refused(attempts, partner, "a body over 1 MiB", oversized, 413)
+    # Over Django's own 2.5 MiB: the same JSON refusal, not Django's HTML page.
+    huge = json.dumps(task(payload={"parameters": {"pad": "x" * 3 * MAX_BODY}}))
+    for path in (
+        "/a2a/tasks",
+        "/a2a/v1/info-gathering-agent",
+        "/a2a/v1/info-gathering-agent/message:send",
+    ):
+        with attempts.refused(f"3 MiB to {path}", event_type="a2a.partner.request"):
+            response = partner.post(path, huge)
+            assert response.status_code == 413 and response["Content-Type"] == "application/json"
+            assert "larger than 1024 KiB" in response.content.decode()
     assert not A2AMessage.objects.exists()
+
+
+def test_a_chunked_body_is_asked_for_its_length(partner, info_calls_crm, attempts):
+    """Django reads a body without a Content-Length as empty: the task the partner sent would
+    be refused for fields it did send. It is asked for its length instead (411)."""
+    with attempts.refused("a chunked task", event_type="a2a.partner.request", result="BLOCKED"):
+        response = partner.client.generic(
+            "POST",
+            "/a2a/tasks",
+            b"",
+            content_type="application/json",
+            HTTP_TRANSFER_ENCODING="chunked",
+            **partner.headers(),
+        )
+        assert response.status_code == 411
+        assert "Content-Length" in response.json()["error"]["message"]
+
+
+def test_a2a_json_is_json(partner, info_calls_crm, mcp):
+    """application/a2a+json, the A2A binding's media type, as a body and as what is accepted."""
+    before = len(mcp.calls())
+    response = partner.client.generic(
+        "POST",
+        "/a2a/tasks",
+        json.dumps(task()),
+        content_type="application/a2a+json",
+        HTTP_ACCEPT="application/a2a+json",
+        **partner.headers(),
+    )
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/a2a+json"
+    assert [c["name"] for c in mcp.calls()[before:]] == ["query_crm"]
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    listed = partner.post("/a2a/v1/info-gathering-agent", json.dumps(rpc), "application/a2a+json")
+    assert listed.status_code == 200 and "tasks" in listed.json()["result"]
+    page = partner.client.get("/a2a/tasks/" + task()["messageId"], HTTP_ACCEPT="text/html")
+    assert page["Content-Type"] == "application/json"  # errors are JSON, never a browsable page
 
 
 def test_json_the_host_cannot_store_or_sign(partner, info_calls_crm, attempts):
