@@ -86,6 +86,21 @@ class OutcomeUnknown(ServerUnreachable):
     may have run. Never to be re-sent by the host as if nothing had happened."""
 
 
+class InvalidResult(Exception):
+    """The server answered, and the MCP SDK refused its result against the tool's MCP
+    outputSchema: the tool ran, and its answer is unusable."""
+
+    SDK_WORDS = (  # what the SDK's ClientSession.validate_tool_result raises it with
+        "Invalid structured content returned by tool",
+        "Invalid schema for tool",
+        "has an output schema but did not return structured content",
+    )
+
+    @classmethod
+    def said(cls, exc):
+        return isinstance(exc, RuntimeError) and any(w in str(exc) for w in cls.SDK_WORDS)
+
+
 def first_leaf(exc):
     """The first real exception inside (nested) exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:

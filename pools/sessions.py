@@ -15,7 +15,13 @@ from django.utils import timezone
 
 from mcplet_host import tracing
 from mcplet_host.celery import enqueue
-from pools.mcp_client import OutcomeUnknown, ServerUnreachable, describe, open_session
+from pools.mcp_client import (
+    InvalidResult,
+    OutcomeUnknown,
+    ServerUnreachable,
+    describe,
+    open_session,
+)
 from pools.oauth import tokens
 
 # Seconds a stdio launch of the warm-up has before the next one starts beside it (a server
@@ -298,6 +304,8 @@ class SessionPool:
                 f"{config.name}: the connection closed (the outcome is unknown)"
             ) from exc
         except Exception as exc:
+            if InvalidResult.said(exc):  # an answer: the session is fine
+                raise InvalidResult(f"{config.name}: {exc}") from exc
             await self._drop(config)
             await _unless_refused(config, started)
             raise OutcomeUnknown(

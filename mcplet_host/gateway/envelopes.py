@@ -30,17 +30,17 @@ def error_envelope(code, message, tool, mcplet=None, **hints):
 
 
 def _payload(result):
-    """The tool's own envelope or value from a CallToolResult: (is_envelope, body)."""
+    """The tool's own envelope or value from a CallToolResult: (is_envelope, body). Without
+    structuredContent (a revision before it, a text-only MCPlet) the envelope is its text."""
     body = result.structured_content
-    if isinstance(body, dict) and "_meta" in body and ("result" in body or "error" in body):
-        return True, body
-    if body is not None:
-        return False, body
-    text = "".join(getattr(c, "text", "") for c in result.content)
-    try:
-        return False, json.loads(text)
-    except ValueError:
-        return False, text
+    if body is None:
+        text = "".join(getattr(c, "text", "") for c in result.content)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return False, text
+    envelope = isinstance(body, dict) and "_meta" in body and ("result" in body or "error" in body)
+    return envelope, body
 
 
 def server_hints(error):

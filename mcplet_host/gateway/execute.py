@@ -24,7 +24,7 @@ from mcplet_host.gateway.envelopes import (
 )
 from mcplets import ErrorCode
 from mcplets.envelope import RECOVERY_FIELDS
-from pools.mcp_client import OutcomeUnknown, ServerConfig, ServerUnreachable
+from pools.mcp_client import InvalidResult, OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
 from pools.sessions import sessions
 
@@ -151,6 +151,9 @@ def _call(mcplet, arguments, asker, meta, reply, trace):
             # Only a read is safe to try again (§5: side-effect free, idempotent).
             retryable=not held and mcplet.mcplet_type == Mcplet.Type.READ,
         )
+    except InvalidResult as exc:
+        message = f"{exc} (its MCP outputSchema; the tool ran)"
+        envelope = error_envelope("X_INVALID_RESULT", message, mcplet.name, mcplet)
     except ServerUnreachable as exc:
         where = mcplet.server.endpoint  # HTTP failures already name their URL
         envelope = error_envelope(

@@ -6,8 +6,9 @@
 
 The spec is `{"tools": [...], "resources": {"uri": "text", ...}, "listTtlMs": 0}` (`listTtlMs`:
 the `ttlMs` of its 2026-07-28 tools/list results). Each tool entry is published as given, minus
-the server-side keys `resultSchema`, `rawResource`, `result`, `answers`, `sleep`, `elicit` and
-`inputRequired`;
+the server-side keys `resultSchema`, `rawResource`, `result`, `answers`, `sleep`, `elicit`,
+`inputRequired` and `textOnly` (the result as text content only, as before structuredContent;
+`isError` when it holds an `error`);
 `inputSchema` defaults to an empty object schema. Nothing is validated: the server exists to
 feed a host bad tools too. `resultSchema` is served as a §9.4 payload at
 `_meta.mcpletToolResultSchemaUri` (`rawResource`, when given, is served there verbatim instead)
@@ -68,6 +69,7 @@ from mcplets.tools_changed import ToolsChangedNotifier, ToolsChangedServer
 
 SERVER_ONLY_KEYS = frozenset(
     {"resultSchema", "rawResource", "result", "answers", "sleep", "elicit", "inputRequired"}
+    | {"textOnly"}
 )
 DEFAULT_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 SCHEMA_URI_KEY = "mcpletToolResultSchemaUri"
@@ -279,6 +281,11 @@ class ProgrammableServer:
             elicited = answer.model_dump(mode="json", exclude_none=True, exclude={"meta"})
             self._log(name=params.name, elicited=elicited)
             result = {"elicited": elicited}
+        if entry.get("textOnly"):  # as a server of a revision before structuredContent
+            is_error = isinstance(result, dict) and "error" in result
+            return types.CallToolResult(
+                content=[types.TextContent(text=json.dumps(result))], is_error=is_error
+            )
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(result))], structured_content=result
         )

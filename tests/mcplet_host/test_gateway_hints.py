@@ -15,6 +15,7 @@ from mcplet_host.models import AuditEvent
 from mcplets.examples.programmable import stdio_params, write_spec
 from pools.discovery import discover
 from pools.models import McpServer
+from pools.sessions import sessions
 from tests.conftest import HOST_ONLY, entry
 
 pytestmark = pytest.mark.django_db
@@ -281,3 +282,37 @@ def test_a_strict_actions_step_up_needs_a_fresh_assertion_for_the_same_call(
     assert sent[1]["meta"]["mcplet_auth"] == fresh
     again.refresh_from_db()
     assert again.status == Ceremony.Status.EXECUTED and again.result["result"] == {"visits": 7}
+
+
+def test_an_envelope_in_text_content_is_read_as_one(serve, calls):
+    """A server of a revision before structuredContent (or a text-only MCPlet) sends its §9.1
+    envelope as text: its result is the result, its error's code and hints reach the agent and
+    its retries, not an UNKNOWN_ERROR wrapping the envelope."""
+    ok = {"result": {"visits": 7}, "_meta": {"timestamp": "2026-01-01T00:00:00.000Z"}}
+    agent = serve(
+        entry("text_stats") | {"textOnly": True, "result": ok},
+        entry("text_busy")
+        | {"textOnly": True, "answers": [failing(retryable=True, retry_after_ms=30), SUCCESS]},
+    )
+    assert gateway.call_tool(agent, "text_stats", {}).envelope["result"] == {"visits": 7}
+    assert gateway.call_tool(agent, "text_busy", {}).envelope["result"] == {"visits": 7}
+    assert len(calls("text_busy")) == 2
+    assert [d["code"] for d in retried("text_busy")] == ["X_BUSY"]
+
+
+def test_a_result_breaking_the_tools_output_schema_is_an_answer(serve, calls):
+    """The MCP SDK refuses a result against the tool's outputSchema: the server answered, so
+    the call ran and its result is invalid (not "no answer came"), and the session stays."""
+    typed = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    agent = serve(
+        entry("typed_count")
+        | {"outputSchema": typed, "answers": [{"result": {"n": "x"}}, {"result": {"n": 2}}]}
+    )
+    server = McpServer.objects.get()
+    first = gateway.call_tool(agent, "typed_count", {})
+    assert first.envelope["error"]["code"] == "X_INVALID_RESULT"
+    assert "the tool ran" in first.envelope["error"]["message"]
+    held = sessions._held[server.pk]  # the stdio server's process and session
+    assert gateway.call_tool(agent, "typed_count", {}).envelope["result"] == {"n": 2}
+    assert sessions._held[server.pk] is held  # not dropped, not relaunched
+    assert len(calls("typed_count")) == 2
