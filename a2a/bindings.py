@@ -278,7 +278,9 @@ class JsonRpc(BindingView):
             and rpc.get("jsonrpc") == "2.0"
             and isinstance(rpc.get("method"), str)
             and isinstance(rpc.get("params", {}), dict)
-            and isinstance(rpc.get("id"), str | int | type(None))
+            # JSON-RPC 2.0's id: a string, a number or null (JSON's true is no number)
+            and isinstance(rpc.get("id"), str | int | float | type(None))
+            and not isinstance(rpc.get("id"), bool)
         ):
             return self.error(None, INVALID_REQUEST, "Not a JSON-RPC 2.0 request object.")
         rpc_id, params = rpc.get("id"), rpc.get("params", {})

@@ -38,7 +38,8 @@ def allowed_networks(partner):
 # What may go into the POST's headers as it is (RFC 9110 token and field value).
 SCHEME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,50}")
 HEADER_VALUE = re.compile(r"[\x20-\x7e]{0,4096}")
-CONFIG_ID = re.compile(r"[\x21-\x7e]{1,100}")
+# A path segment of the HTTP+JSON binding as it is (RFC 3986's unreserved; not "." or "..").
+CONFIG_ID = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,99}")
 
 
 def check(partner, config, trace_id, path):
@@ -46,7 +47,11 @@ def check(partner, config, trace_id, path):
     a webhook URL this host would not POST to."""
     authentication = config.get("authentication") or {}
     if "id" in config and not CONFIG_ID.fullmatch(config["id"]):
-        raise wire.Unusable("A config id is 1 to 100 visible ASCII characters.", f"{path}.id")
+        raise wire.Unusable(
+            "A config id is 1 to 100 letters, digits and . _ ~ - (not first: .), as it goes in "
+            "a URL's path.",
+            f"{path}.id",
+        )
     if authentication and not SCHEME.fullmatch(authentication["scheme"]):
         raise wire.Unusable("The scheme is an HTTP token, e.g. Bearer.", f"{path}.authentication")
     for name, value in (

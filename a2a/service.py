@@ -79,8 +79,25 @@ def submit(partner, body):
         raise Invalid(f"{path}: {message}", path)
     if "contextId" not in body:
         body = {**body, "contextId": str(uuid.uuid4())}
+    elif not _own_context(partner, body["contextId"]):
+        raise Invalid(
+            "This contextId is another conversation's: continue one of yours, or send none.",
+            "contextId",
+        )
     # Who the task acts for comes from the key, never from the body.
     return bus.post(body, Authority.of_partner(partner.agent_id), external=True), True
+
+
+def _own_context(partner, context_id):
+    """Whether a partner may send into the context (the trace): a new one, or one its own task
+    began — never another partner's workflow, nor one of the host's own."""
+    first = (
+        A2AMessage.objects.filter(context_id=context_id, type=A2AMessage.Type.TASK_REQUEST)
+        .order_by("created_at")
+        .values_list("sender_id", "external")
+        .first()
+    )
+    return first is None or first == (partner.agent_id, True)
 
 
 def _check_requested_access(partner, recipient, body):

@@ -251,6 +251,9 @@ PASSKEY_RP_NAME = env_str("PASSKEY_RP_NAME", "MCPlet Host")
 MCPLET_APPROVAL_TTL = env_int("MCPLET_APPROVAL_TTL", 900, minimum=10)
 # How long one MCP tools/call may take before the gateway answers SERVICE_UNAVAILABLE.
 MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
+# The largest tool result (characters of its content) that goes on to an agent, its transcript
+# and its model (MGP §16.1: payload size limits); a larger one is X_RESULT_TOO_LARGE.
+MCPLET_MAX_RESULT = env_int("MCPLET_MAX_RESULT", 1024 * 1024, minimum=1024)
 # A read or prepare its server marks retryable (MGP §14.6) is tried again at most this many
 # times, and only when the wait it asks for is at most this long (the worker sleeps through it).
 MCPLET_TOOL_RETRIES = env_int("MCPLET_TOOL_RETRIES", 2, minimum=0)

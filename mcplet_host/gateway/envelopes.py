@@ -4,6 +4,8 @@ the recovery hints a server sent (MGP §14.5) and the steps a person must take (
 import json
 from urllib.parse import urlsplit
 
+from django.conf import settings
+
 from mcplet_host import jsonschemas, storable
 from mcplet_host.gateway.checks import SURFACES
 from mcplets import ErrorCode, error, ok, recovery_hints
@@ -27,6 +29,14 @@ def error_envelope(code, message, tool, mcplet=None, **hints):
             **hints,
         )
     )
+
+
+def _size(result):
+    """The characters of a result's content: its text, or its structured content's JSON."""
+    text = sum(len(getattr(c, "text", None) or "") for c in result.content)
+    if result.structured_content is None:
+        return text
+    return max(text, len(json.dumps(result.structured_content, default=str)))
 
 
 def _payload(result):
@@ -127,6 +137,13 @@ def url_step(item):
 
 
 def envelope_of(mcplet, result):
+    size = _size(result)
+    if size > settings.MCPLET_MAX_RESULT:
+        message = (
+            f"The result is {size} characters, over this host's limit of "
+            f"{settings.MCPLET_MAX_RESULT} (MGP §16.1): the tool ran; ask it for less."
+        )
+        return error_envelope("X_RESULT_TOO_LARGE", message, mcplet.name, mcplet)
     is_envelope, body = _payload(result)
     if result.is_error or (is_envelope and "error" in body):
         err = body.get("error") if is_envelope and isinstance(body.get("error"), dict) else {}

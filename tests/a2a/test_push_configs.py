@@ -263,6 +263,7 @@ def rpc_create(task_id, **config):
         ({"url": ["http://8.8.8.8/"]}, -32602),
         ({"id": "a" * 101}, -32602),
         ({"id": "hook 1"}, -32602),
+        *(({"id": bad}, -32602) for bad in ("q?x=1", "h#frag", "p%41", "a/b", "..", "../../x")),
         ({"token": "t\r\nX-Injected: 1"}, -32602),
         ({"authentication": {"scheme": "Bearer\r\nX-Injected: 1"}}, -32602),
         ({"authentication": {"scheme": "Bearer", "credentials": "é"}}, -32602),

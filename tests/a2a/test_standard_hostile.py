@@ -49,6 +49,8 @@ for _ in range(200):
         (json.dumps(DEEP).encode(), -32700),
         (json.dumps([rpc("GetTask", {"id": "x"})]).encode(), -32600),
         (json.dumps({"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}).encode(), -32600),
+        (json.dumps({"jsonrpc": "2.0", "id": True, "method": "GetTask"}).encode(), -32600),
+        (json.dumps({"jsonrpc": "2.0", "id": 1.5, "method": "GetTask"}).encode(), -32602),
         (json.dumps(rpc("GetTask", "x")).encode(), -32600),
         (json.dumps(rpc("tasks/get", {"id": "x"})).encode(), -32601),
         (json.dumps(rpc("GetTask", {"id": 5})).encode(), -32602),

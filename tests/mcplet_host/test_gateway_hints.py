@@ -316,3 +316,19 @@ def test_a_result_breaking_the_tools_output_schema_is_an_answer(serve, calls):
     assert gateway.call_tool(agent, "typed_count", {}).envelope["result"] == {"n": 2}
     assert sessions._held[server.pk] is held  # not dropped, not relaunched
     assert len(calls("typed_count")) == 2
+
+
+def test_a_result_over_the_hosts_limit_goes_no_further(serve, calls, settings):
+    """MGP §16.1's payload size limits: a result an agent, its transcript and its model would
+    carry whole is refused past MCPLET_MAX_RESULT, as text or as structured content."""
+    settings.MCPLET_MAX_RESULT = 2048
+    agent = serve(
+        entry("big_text") | {"textOnly": True, "result": {"rows": "x" * 5000}},
+        entry("big_data") | {"result": {"rows": ["y" * 100] * 50}},
+        entry("small") | {"result": {"rows": "z" * 1000}},
+    )
+    for name in ("big_text", "big_data"):
+        error = gateway.call_tool(agent, name, {}).envelope["error"]
+        assert error["code"] == "X_RESULT_TOO_LARGE" and "the tool ran" in error["message"]
+    assert gateway.call_tool(agent, "small", {}).envelope["result"] == {"rows": "z" * 1000}
+    assert len(calls()) == 3

@@ -92,7 +92,10 @@ def test_registration_refusals(approver_client, tamper, reason):
     assert response.status_code == 400 and response.json()["reason"] == reason
     assert PasskeyCredential.objects.count() == (1 if tamper == "replay" else 0)
     refused = AuditEvent.objects.get(event_type="mcplet.passkey.refused")
-    assert (refused.actor_id, refused.details) == ("manager", {"stage": "register", "reason": reason})
+    assert (refused.actor_id, refused.details) == (
+        "manager",
+        {"stage": "register", "reason": reason},
+    )
 
 
 @pytest.mark.parametrize(

@@ -76,3 +76,36 @@ def test_the_hosts_own_messages(world, partner, victim_task, attempts):
     with attempts.refused("an unknown task", result="BLOCKED"):
         assert partner.get(f"/a2a/tasks/{uuid.uuid4()}").status_code == 404
     assert set(Ceremony.objects.values_list("status", flat=True)) == {Ceremony.Status.PENDING}
+
+
+def test_another_partners_conversation(world, partner, victim_task, intruder, attempts):
+    """A contextId is a workflow's trace: joining another partner's, or one the host began,
+    would put the intruder's tasks in their dashboard, audit trail and streams."""
+    theirs = victim_task["contextId"]
+    internal = str(bus.send_task("planning-agent", "dispatch-agent", {"plan": "x"}).context_id)
+    for label, context in (("another partner's", theirs), ("the host's own", internal)):
+        body = messages.task_request("other-bot", "info-gathering-agent", {}, context_id=context)
+        with attempts.refused(f"a task into {label} contextId", result="BLOCKED"):
+            response = intruder.post("/a2a/tasks", json.dumps(body))
+            assert response.status_code == 400 and response.json()["error"]["path"] == "contextId"
+        rpc = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": str(uuid.uuid4()),
+                    "contextId": context,
+                    "role": "ROLE_USER",
+                    "parts": [{"data": {}}],
+                }
+            },
+        }
+        with attempts.refused(f"SendMessage into {label} contextId", result="BLOCKED"):
+            answer = intruder.post("/a2a/v1/info-gathering-agent", json.dumps(rpc)).json()
+            assert answer["error"]["code"] == -32602, answer
+    senders = A2AMessage.objects.filter(context_id__in=[theirs, internal], external=True)
+    assert set(senders.values_list("sender_id", flat=True)) == {"partner-bot"}
+    # The partner's own conversation goes on.
+    again = messages.task_request("partner-bot", "info-gathering-agent", {}, context_id=theirs)
+    assert partner.post("/a2a/tasks", json.dumps(again)).status_code in (200, 202)
