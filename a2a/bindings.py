@@ -100,7 +100,9 @@ class BindingView(PartnerView):
                 "request as the DataPart.",
                 "params.tenant",
             )
-        webhook = (params.get("configuration") or {}).get("taskPushNotificationConfig")
+        configuration = params.get("configuration") or {}
+        history = wire.history_length(configuration, "params.configuration.historyLength")
+        webhook = configuration.get("taskPushNotificationConfig")
         if webhook is not None:
             push.check(self.partner, webhook, "", "params.configuration.taskPushNotificationConfig")
         with transaction.atomic():  # the webhook exists before any worker takes the task up
@@ -111,10 +113,10 @@ class BindingView(PartnerView):
         if stream:
             return Stream(row)
         if not created:  # a resubmission: the task as it stands
-            return {"task": wire.task(row)}
-        now = (params.get("configuration") or {}).get("returnImmediately")
-        wait = 0 if now else settings.MCPLET_A2A_WAIT
-        return {"task": wire.task(row, seen=service.first_progress(row, wait))}
+            return {"task": wire.task(row, history=history)}
+        wait = 0 if configuration.get("returnImmediately") else settings.MCPLET_A2A_WAIT
+        seen = service.first_progress(row, wait)
+        return {"task": wire.task(row, seen=seen, history=history)}
 
     def send_streaming_message(self, params, agent_id):
         return self.send_message(params, agent_id, stream=True)
@@ -128,7 +130,8 @@ class BindingView(PartnerView):
 
     def get_task(self, params, agent_id):
         wire.check("GetTaskRequest", params)
-        return wire.task(self.task_row(agent_id, params.get("id", "")))
+        history = wire.history_length(params, "params.historyLength")
+        return wire.task(self.task_row(agent_id, params.get("id", "")), history=history)
 
     def cancel_task(self, params, agent_id):
         wire.check("CancelTaskRequest", params)
@@ -155,8 +158,9 @@ class BindingView(PartnerView):
         start, total = int(token), rows.count()
         page = list(rows[start : start + size])
         artifacts = bool(params.get("includeArtifacts"))
+        history = wire.history_length(params, "params.historyLength")
         result = {
-            "tasks": [wire.task(row, artifacts=artifacts) for row in page],
+            "tasks": [wire.task(row, artifacts=artifacts, history=history) for row in page],
             "nextPageToken": str(start + size) if start + size < total else "",
             "pageSize": size,
             "totalSize": total,

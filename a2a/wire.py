@@ -249,9 +249,17 @@ def artifact(response):
     }
 
 
-def task(request_message, *, artifacts=True, seen=None):
+def history_length(params, path):
+    """A request's `historyLength`: None (no limit), or how many of the newest messages."""
+    length = params.get("historyLength")
+    if length is not None and (not isinstance(length, int) or length < 0):
+        raise Unusable("historyLength is a number of messages, 0 or more.", path)
+    return length
+
+
+def task(request_message, *, artifacts=True, seen=None, history=None):
     """The A2A Task of a partner's task request, as it stands now (`seen`: its response and
-    run, when the caller has them)."""
+    run, when the caller has them), with the newest `history` messages (None: all)."""
     response, run = seen or service.progress(request_message)
     body = request_message.body
     result = {
@@ -268,6 +276,8 @@ def task(request_message, *, artifacts=True, seen=None):
             }
         ],
     }
+    if history is not None:
+        result["history"] = result["history"][-history:] if history else []
     if response is not None and artifacts:
         result["artifacts"] = [artifact(response)]
     validate_wire("Task", result)

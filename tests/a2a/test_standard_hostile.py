@@ -56,6 +56,8 @@ for _ in range(200):
         (json.dumps(rpc("GetTask", {"id": 5})).encode(), -32602),
         (json.dumps(rpc("GetTask", {"id": "../../etc"})).encode(), -32001),
         (json.dumps(rpc("ListTasks", {"pageSize": -5})).encode(), -32602),
+        (json.dumps(rpc("ListTasks", {"historyLength": -1})).encode(), -32602),
+        (json.dumps(rpc("GetTask", {"id": "x", "historyLength": -1})).encode(), -32602),
         (json.dumps(rpc("ListTasks", {"pageToken": "9" * 40})).encode(), -32602),
         (
             json.dumps(rpc("SendMessage", {"message": {**MESSAGE, "role": "ROLE_AGENT"}})).encode(),
@@ -125,3 +127,21 @@ def test_without_a_key_every_binding_is_401_before_reading(live_server, registry
         response = httpx.post(f"{live_server.url}{path}", content=b"not json at all")
         assert response.status_code == 401 and "WWW-Authenticate" in response.headers
     assert httpx.get(f"{live_server.url}/.well-known/agent-card.json").status_code == 200
+
+
+def test_history_length_is_how_many_messages_come_back(api, calls):
+    """historyLength: none, a limit (0: no message), as the SDK's own server applies it."""
+    sent = api.post(
+        "/a2a/v1/info-gathering-agent",
+        content=send(messageId="h1"),
+        headers={"Content-Type": "application/json"},
+    )
+    task = sent.json()["result"]["task"]
+    assert len(task["history"]) == 1
+    for length, messages in ((None, 1), (0, 0), (1, 1), (5, 1)):
+        params = {"id": task["id"]} | ({} if length is None else {"historyLength": length})
+        got = api.post("/a2a/v1/info-gathering-agent", json=rpc("GetTask", params)).json()
+        assert len(got["result"]["history"]) == messages, (length, got)
+        listing = {k: v for k, v in params.items() if k != "id"}
+        listed = api.post("/a2a/v1/info-gathering-agent", json=rpc("ListTasks", listing)).json()
+        assert all(len(t["history"]) == messages for t in listed["result"]["tasks"])
