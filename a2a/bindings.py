@@ -31,6 +31,7 @@ HEARTBEAT = 15  # seconds of silence before a stream says it is alive (and re-re
 # JSON-RPC error codes of A2A 1.0 (and JSON-RPC 2.0's own).
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 TASK_NOT_FOUND, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION = -32001, -32002, -32004
+VERSION_NOT_SUPPORTED = -32009
 
 
 def base_url(request):
@@ -46,6 +47,20 @@ def public_card(request):
 
 class Unsupported(Exception):
     """An operation the task's state does not allow."""
+
+
+class VersionNotSupported(Exception):
+    """The client speaks an A2A version (its A2A-Version header) this host does not."""
+
+
+def check_version(request):
+    """A request naming another A2A version than the host's is refused, not served as 1.0 (one
+    naming none is served: curl, the docs' examples)."""
+    asked = request.headers.get("A2A-Version", "").strip()
+    if asked and asked.split(".")[:2] not in (wire.PROTOCOL_VERSION.split("."), ["1"]):
+        raise VersionNotSupported(
+            f"This host speaks A2A {wire.PROTOCOL_VERSION}, not {asked[:20]!r}."
+        )
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -297,7 +312,10 @@ class JsonRpc(BindingView):
                 rpc_id, INVALID_PARAMS, f"The tenant is not {agent_id!r}, the agent you address."
             )
         try:
+            check_version(self.request)
             result = method(self, params, agent_id or tenant)
+        except VersionNotSupported as exc:
+            return self.error(rpc_id, VERSION_NOT_SUPPORTED, str(exc))
         except (wire.Unusable, service.Invalid) as exc:
             return self.error(rpc_id, INVALID_PARAMS, str(exc), path=exc.path)
         except exceptions.NotFound as exc:
@@ -373,7 +391,10 @@ class Rest(BindingView):
         if not isinstance(params, dict):
             return self.error(400, "INVALID_ARGUMENT", "INVALID_REQUEST", "Send a JSON object.")
         try:
+            check_version(self.request)
             result = operation(self, params, agent_id)
+        except VersionNotSupported as exc:
+            return self.error(400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED", str(exc))
         except (wire.Unusable, service.Invalid) as exc:
             return self.error(400, "INVALID_ARGUMENT", "INVALID_PARAMS", str(exc), exc.path)
         except exceptions.NotFound as exc:

@@ -145,3 +145,21 @@ def test_history_length_is_how_many_messages_come_back(api, calls):
         listing = {k: v for k, v in params.items() if k != "id"}
         listed = api.post("/a2a/v1/info-gathering-agent", json=rpc("ListTasks", listing)).json()
         assert all(len(t["history"]) == messages for t in listed["result"]["tasks"])
+
+
+@pytest.mark.parametrize("version", ["2.0", "0.3", "1.1", "garbage"])
+def test_another_a2a_version_is_told_so(api, calls, version):
+    """A client of another A2A version is refused as the SDK's server refuses it, not served
+    1.0 semantics unawares; 1.0 (or no header at all) is served."""
+    headers = {"A2A-Version": version}
+    answer = api.post(
+        "/a2a/v1/info-gathering-agent", json=rpc("ListTasks", {}), headers=headers
+    ).json()
+    assert answer["error"]["code"] == -32009, answer
+    rest = api.get("/a2a/v1/info-gathering-agent/tasks", headers=headers)
+    assert rest.status_code == 400
+    assert rest.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    for served in ({"A2A-Version": "1.0"}, {}):
+        listed = api.post("/a2a/v1/info-gathering-agent", json=rpc("ListTasks", {}), headers=served)
+        assert "result" in listed.json()
+    assert calls() == []
