@@ -15,7 +15,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.http import JsonResponse, StreamingHttpResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -38,7 +39,8 @@ def base_url(request):
     return request.build_absolute_uri("/").rstrip("/")
 
 
-@require_GET
+@csrf_exempt  # a POST is a 405 in JSON's place, not the CSRF page: nothing here takes one
+@require_safe
 def public_card(request):
     """/.well-known/agent-card.json: the host, its bindings and how to authenticate; no agent
     is listed (partners get theirs in the extended card)."""
@@ -344,8 +346,11 @@ class Rest(BindingView):
 
     QUERY_INTEGERS = ("pageSize", "historyLength")
 
-    def post(self, request, agent_id=None, resource=None, verb=None, task_id=None, **kwargs):
-        if resource in ("message", "push"):
+    def post(self, request, agent_id=None, resource=None, verb=None, task_id=None, config_id=None):
+        if resource == "task" and verb is not None:
+            operation = BindingView.cancel_task if verb == "cancel" else BindingView.subscribe
+            return self.perform(operation, {"id": task_id}, agent_id)
+        if resource == "message" or (resource == "push" and config_id is None):
             try:
                 params = request.data
             except exceptions.ParseError as exc:
@@ -361,14 +366,19 @@ class Rest(BindingView):
                 BindingView.send_message if verb == "send" else BindingView.send_streaming_message
             )
             return self.perform(operation, params, agent_id)
-        operation = BindingView.cancel_task if verb == "cancel" else BindingView.subscribe
-        return self.perform(operation, {"id": task_id}, agent_id)
+        return self.not_allowed(resource, verb, config_id)
 
-    def delete(self, request, agent_id=None, resource=None, task_id=None, config_id=None):
+    def delete(self, request, agent_id=None, resource=None, task_id=None, config_id=None, **_):
+        if resource != "push" or config_id is None:
+            return self.not_allowed(resource, None, config_id)
         params = {"taskId": task_id, "id": config_id}
         return self.perform(BindingView.delete_push_config, params, agent_id)
 
     def get(self, request, agent_id=None, resource=None, verb=None, task_id=None, config_id=None):
+        if resource == "message" or verb == "cancel":
+            return self.not_allowed(resource, verb, config_id)
+        if verb == "subscribe":  # as the SDK's own server routes it: GET or POST
+            return self.perform(BindingView.subscribe, {"id": task_id}, agent_id)
         if resource == "card":
             return self.perform(BindingView.extended_card, {}, agent_id)
         if resource == "push":
@@ -386,6 +396,23 @@ class Rest(BindingView):
         if task_id is not None:
             return self.perform(BindingView.get_task, {**query, "id": task_id}, agent_id)
         return self.perform(BindingView.list_tasks, query, agent_id)
+
+    @staticmethod
+    def allowed(resource, verb, config_id):
+        """The methods a URL of this binding takes."""
+        if resource == "message":
+            return "POST"
+        if resource == "task":
+            return {"cancel": "POST", "subscribe": "GET, POST"}.get(verb, "GET")
+        if resource == "push":
+            return "GET, DELETE" if config_id is not None else "GET, POST"
+        return "GET"
+
+    def not_allowed(self, resource, verb, config_id):
+        allowed = self.allowed(resource, verb, config_id)
+        message = f"{self.request.method} is not an operation here: {allowed}."
+        self.headers["Allow"] = allowed  # (DRF's would name every method of the view)
+        return self.error(405, "UNIMPLEMENTED", "METHOD_NOT_ALLOWED", message)
 
     def perform(self, operation, params, agent_id):
         if not isinstance(params, dict):

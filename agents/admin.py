@@ -18,7 +18,7 @@ class AgentAdmin(admin.ModelAdmin):
     formfield_overrides = FORM_FIELDS
     form = AgentForm
     actions = ["refresh_cards"]
-    readonly_fields = ["remote_card_json", "card_fetched_at"]
+    readonly_fields = ["remote_card_json", "card_fetched_at", "asked_pools"]
     list_display = [
         "agent_id",
         "display_name",
@@ -67,7 +67,7 @@ class AgentAdmin(admin.ModelAdmin):
         ),
         (
             "Partner (kind = external): the internal agents it may send tasks to",
-            {"fields": ["callable_agents", "push_networks"]},
+            {"fields": ["callable_agents", "push_networks", "asked_pools"]},
         ),
         (
             "Partner identity from its issuer (OpenID Connect): tokens it signs work as keys",
@@ -123,6 +123,12 @@ class AgentAdmin(admin.ModelAdmin):
     @admin.display(description="accessible pools")
     def granted_pools(self, obj):
         return ", ".join(p.name for p in obj.accessible_pools.all()) or "pool-less MCPlets only"
+
+    @admin.display(description="pools it asks for")
+    def asked_pools(self, obj):
+        """What a partner's own card (PUT /a2a/agents/me) asks for: shown, never granted."""
+        asked = ", ".join(map(str, obj.requested_pools))
+        return f"{asked} (from its card: a request, never a grant, §18.1)" if asked else "—"
 
     @admin.display(description="model")
     def model_or_default(self, obj):

@@ -336,7 +336,7 @@ def test_agent_cards_are_those_the_partner_may_call(api):
     assert api.get("/a2a/agents/planning-agent").status_code == 404
 
 
-def test_advertising_a_card_requests_but_never_grants(api, partner):
+def test_advertising_a_card_requests_but_never_grants(api, partner, admin_client):
     card = messages.agent_card(
         "partner-bot", "Partner", requested_pools=["media-pool", "info-pool"]
     )
@@ -345,6 +345,8 @@ def test_advertising_a_card_requests_but_never_grants(api, partner):
     partner.refresh_from_db()
     assert partner.requested_pools == ["media-pool", "info-pool"]
     assert list(partner.accessible_pools.values_list("name", flat=True)) == ["info-pool"]
+    page = admin_client.get(f"/admin/agents/agent/{partner.pk}/change/").content.decode()
+    assert "media-pool, info-pool (from its card: a request, never a grant" in page
     assert api.put("/a2a/agents/me", json={**card, "agentId": "someone-else"}).status_code == 403
     assert api.put("/a2a/agents/me", json={**card, "powers": "all"}).status_code == 400
 

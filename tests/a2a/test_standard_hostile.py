@@ -111,6 +111,14 @@ def test_a_hostile_json_rpc_request_is_a_json_rpc_error(api, calls, body, code):
         ("GET", "/a2a/v1/planning-agent/tasks", 200),  # (none of yours: an empty list)
         ("POST", "/a2a/v1/planning-agent/message:send", 403),
         ("GET", "/a2a/v1/planning-agent/extendedAgentCard", 403),
+        # A method the URL does not take: 405, whatever the body (none here).
+        ("GET", "/a2a/v1/info-gathering-agent/tasks/x:cancel", 405),
+        ("GET", "/a2a/v1/info-gathering-agent/message:send", 405),
+        ("POST", "/a2a/v1/info-gathering-agent/tasks", 405),
+        ("POST", "/a2a/v1/info-gathering-agent/extendedAgentCard", 405),
+        ("DELETE", "/a2a/v1/info-gathering-agent/tasks/x", 405),
+        ("DELETE", "/a2a/v1/info-gathering-agent/tasks/x/pushNotificationConfigs", 405),
+        ("POST", "/a2a/v1/info-gathering-agent/tasks/x/pushNotificationConfigs/h1", 405),
     ],
 )
 def test_a_hostile_rest_request_is_a_clear_4xx(api, calls, method, path, status):
@@ -119,6 +127,9 @@ def test_a_hostile_rest_request_is_a_clear_4xx(api, calls, method, path, status)
     if status == 400:
         info = response.json()["error"]["details"][0]
         assert info["reason"] == "INVALID_PARAMS" and info["domain"] == "a2a-protocol.org"
+    if status == 405:
+        assert response.json()["error"]["details"][0]["reason"] == "METHOD_NOT_ALLOWED"
+        assert method not in response.headers["Allow"]
     assert calls() == []
 
 
@@ -126,7 +137,10 @@ def test_without_a_key_every_binding_is_401_before_reading(live_server, registry
     for path in ("/a2a/v1", "/a2a/v1/info-gathering-agent", "/a2a/v1/x/message:send"):
         response = httpx.post(f"{live_server.url}{path}", content=b"not json at all")
         assert response.status_code == 401 and "WWW-Authenticate" in response.headers
-    assert httpx.get(f"{live_server.url}/.well-known/agent-card.json").status_code == 200
+    card = f"{live_server.url}/.well-known/agent-card.json"
+    assert httpx.get(card).status_code == 200 and httpx.head(card).status_code == 200
+    refused = httpx.post(card, content=b"{}")  # 405, not the CSRF page
+    assert refused.status_code == 405 and refused.headers["Allow"] == "GET, HEAD"
 
 
 def test_history_length_is_how_many_messages_come_back(api, calls):
