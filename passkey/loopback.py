@@ -26,8 +26,18 @@ POLL = 0.5  # seconds between the watcher's looks at the ceremony
 CLOSE_GRACE = 0.5  # lets the response that decided the ceremony reach the browser first
 CLOSED_TTL = 24 * 3600
 
+# Pages started as their calls are held; past these, a page starts when an approver opens it
+# (the host's link): a partner's flood of held tasks is not a flood of threads, ports and tabs.
+EAGER = 20
+
 _servers = {}
 _lock = threading.Lock()
+
+
+def running():
+    """How many loopback pages this process serves."""
+    with _lock:
+        return len(_servers)
 
 
 def _url_key(token):

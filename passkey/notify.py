@@ -31,13 +31,14 @@ def announce(ceremony_id):
     page = links.ceremony_url(ceremony)
     direct = None
     if settings.PASSKEY_MODE == "localhost":
-        if links.serves_pages():  # the host's web process: the page lives as long as it does
+        crowded = loopback.running() >= loopback.EAGER  # opened from the host's link, if asked
+        if links.serves_pages() and not crowded:  # the page lives as long as this process
             try:
                 direct = loopback.serve(ceremony).url
             except OSError:
                 logger.exception("Could not start the approval page of %s", ceremony)
         shown = direct or page
-        if not open_in_browser(shown):
+        if crowded or not open_in_browser(shown):
             logger.info("Approval needed: %s — open %s", ceremony, shown)
     send_notice(ceremony, page, direct)
 

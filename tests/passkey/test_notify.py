@@ -120,6 +120,30 @@ def test_localhost_mode_opens_the_ceremonys_own_page(
     assert direct in notice.body and f"{ORIGIN}{url(held)}" in notice.body
 
 
+def test_past_the_eager_pages_one_starts_when_opened(
+    registry, approver, approver_client, settings, monkeypatch, host_process, mailoutbox
+):
+    """A partner's flood of held tasks must not start a server, two threads and a browser tab
+    for each: past loopback.EAGER pages, a call's page starts when an approver opens it."""
+    settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
+    settings.PASSKEY_ORIGIN, settings.PASSKEY_RP_ID = "http://localhost:8000", "localhost"
+    FakeBrowser.opened = []
+    monkeypatch.setattr(notify.webbrowser, "get", FakeBrowser)
+    monkeypatch.setattr(loopback, "EAGER", 1)
+    first, second = hold_email(registry), hold_email(registry, {"to": ["b@x.jp"], "body": "b"})
+    notify.announce(first.pk)
+    notify.announce(second.pk)
+    assert loopback.live_url(first.token) and loopback.live_url(second.token) is None
+    assert loopback.running() == 1
+    time.sleep(0.5)  # (a browser is opened on a thread of its own)
+    assert FakeBrowser.opened == [loopback.live_url(first.token)]
+    host_link = f"http://localhost:8000{url(second)}"
+    assert host_link in mailoutbox[-1].body
+    approver_client.post(url(second, "open"))  # the approver follows it
+    assert loopback.live_url(second.token) and loopback.running() == 2
+    loopback.close_all()
+
+
 def test_without_a_browser_the_url_is_logged(held, settings, monkeypatch, caplog, host_process):
     caplog.set_level(logging.INFO, logger="passkey")
     settings.PASSKEY_MODE, settings.PASSKEY_OPEN_BROWSER = "localhost", True
