@@ -23,6 +23,7 @@ from a2a.models import PushConfig, PushDelivery
 from agents.models import Agent
 from mcplet_host import audit, kept
 from mcplet_host.celery import app, enqueue
+from mcplet_host.headers import TCHAR
 
 PUSH_TASK = "a2a.push"
 LEASE = 60  # seconds one process may send a webhook's deliveries (more than a POST's timeout)
@@ -36,7 +37,7 @@ def allowed_networks(partner):
 
 
 # What may go into the POST's headers as it is (RFC 9110 token and field value).
-SCHEME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,50}")
+SCHEME = re.compile(rf"{TCHAR}{{1,50}}")
 HEADER_VALUE = re.compile(r"[\x20-\x7e]{0,4096}")
 # A path segment of the HTTP+JSON binding as it is (RFC 3986's unreserved; not "." or "..").
 CONFIG_ID = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9._~-]{0,99}")

@@ -11,7 +11,7 @@ from django.utils import timezone
 from mcplet_host import metrics
 from mcplet_host.models import GENESIS_HASH, AuditChainHead, AuditEvent
 from mcplet_host.signals import audit_recorded
-from mcplet_host.storable import printable
+from mcplet_host.storable import fitted, printable
 
 EventType = AuditEvent.EventType
 ActorType = AuditEvent.ActorType
@@ -50,9 +50,7 @@ def event(
 
 
 def _fitted(name, value):
-    text = printable(str(value or ""))
-    limit = AuditEvent._meta.get_field(name).max_length
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+    return fitted(AuditEvent, name, printable(str(value or "")))
 
 
 def record(event_type, **fields):

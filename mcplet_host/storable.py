@@ -74,6 +74,13 @@ def printable(value):
     return value
 
 
+def fitted(model, field_name, text):
+    """`text` cut to the length of the model's column (PostgreSQL refuses more), marked "…"
+    where it was cut."""
+    limit = model._meta.get_field(field_name).max_length
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
 def json_text(value):
     """`value` as JSON text a person or a model reads: § and Japanese as written, not \\u
     escapes; escaped only where it holds what UTF-8 cannot encode (a lone surrogate)."""

@@ -60,7 +60,7 @@ class DiscoveredTool:
             value, limit = getattr(self, name), Mcplet._meta.get_field(name).max_length
             if len(value) > limit:
                 too_long = f"its {name} is longer than {limit} characters"
-                self.unstorable = "; ".join(filter(None, [self.unstorable, too_long]))
+                self.unstorable = _joined(self.unstorable, too_long)
                 digest = hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:12]
                 setattr(self, name, f"{value[: limit - 13]}…{digest}")  # still one per name
 
@@ -215,9 +215,9 @@ def classify(tool, pools):
     if not isinstance(uri, str):
         reasons.append("_meta.mcpletToolResultSchemaUri is not a URI (§6.4)")
         uri = ""
-    elif uri != _fitted("result_schema_uri", uri):
+    elif uri != (cut := _fitted("result_schema_uri", uri)):
         reasons.append("_meta.mcpletToolResultSchemaUri is longer than the host keeps")
-        uri = _fitted("result_schema_uri", uri)
+        uri = cut
     if why := jsonschemas.problem(tool.input_schema):
         reasons.append(f"its inputSchema {why} (§5.3.1)")
     if tool.schema_error:
@@ -253,9 +253,13 @@ def classify(tool, pools):
 
 
 def _fitted(field_name, value):
-    """`value` cut to its column's length (a rejected tool's value, stored as the reason's
-    evidence: a pool name or an auth value no registered one could match)."""
-    return value[: Mcplet._meta.get_field(field_name).max_length]
+    """A rejected tool's value cut to its column (the reason's evidence: a pool name or an
+    auth value no registered one could match)."""
+    return storable.fitted(Mcplet, field_name, value)
+
+
+def _joined(*reasons):
+    return "; ".join(filter(None, reasons))
 
 
 # --- applying a snapshot to the registry ----------------------------------------------------
@@ -351,15 +355,10 @@ def apply_snapshot(server_id, tools, protocol_version=""):
             seen.add(tool.name)
             if listed[tool.name] > 1:
                 fields["status"] = Mcplet.Status.REJECTED
-                fields["rejection_reason"] = "; ".join(
-                    filter(
-                        None,
-                        [
-                            fields["rejection_reason"],
-                            f"the server lists {listed[tool.name]} tools of this name: which "
-                            "one a call would run is unknown",
-                        ],
-                    )
+                fields["rejection_reason"] = _joined(
+                    fields["rejection_reason"],
+                    f"the server lists {listed[tool.name]} tools of this name: which one a "
+                    "call would run is unknown",
                 )
             if fields["status"] == Mcplet.Status.ACCEPTED and tool.name in taken:
                 fields["status"] = Mcplet.Status.REJECTED

@@ -4,6 +4,7 @@ from urllib.parse import urlsplit
 
 from django import forms
 
+from mcplet_host.headers import TCHAR
 from pools.mcp_client import command_problem
 from pools.models import McpServer
 
@@ -77,7 +78,7 @@ class HeaderMappingField(SecretMappingField):
     """HTTP request headers (`Name: value` lines), refused here when a client could not send
     them: a name that is not an RFC 9110 token, a value outside visible ASCII."""
 
-    TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+    TOKEN = re.compile(rf"{TCHAR}+")
     VALUE = re.compile(r"[\t\x20-\x7e]*")
 
     def __init__(self, **kwargs):

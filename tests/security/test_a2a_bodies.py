@@ -181,3 +181,24 @@ def test_hostile_agent_cards(partner, world, attempts):
             assert partner.put("/a2a/agents/me", body).status_code == 400
     world.partner.refresh_from_db()
     assert not world.partner.advertised_card
+
+
+def test_a2a_json_bodies_are_as_hostile_as_json(partner, info_calls_crm, attempts):
+    """The A2A media type goes through the same reading: what the host cannot store or sign
+    is refused, and so is a Content-Length that is no number."""
+    text = json.dumps(task())
+    for label, value in HOSTILE_VALUES.items():
+        body = text.replace('"shinjuku"', value)
+        refused(attempts, partner, f"{label} as a2a+json", body, 400, "application/a2a+json")
+    with attempts.refused("a Content-Length that is no number", event_type="a2a.partner.request"):
+        response = partner.client.generic(
+            "POST",
+            "/a2a/tasks",
+            text,
+            content_type="application/json",
+            CONTENT_LENGTH="many",
+            **partner.headers(),
+        )
+        assert response.status_code == 400
+        assert "Content-Length" in response.json()["error"]["message"]
+    assert not A2AMessage.objects.exists()
