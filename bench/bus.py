@@ -19,8 +19,9 @@ instead (which costs CPU the worker then lacks on a small machine).
 The baseline is an unsigned, unpersisted Celery round trip through the same broker and worker:
 `bench.echo.delay(i).get()`, a task that returns its argument through the Redis result backend.
 
-Both are measured one at a time (latency: median, p95) and in a burst of `--messages` sent at
-once then awaited (throughput), and the ratios bus/baseline are printed, with the CPU time of
+Both are measured one at a time (latency: median, p95; in five blocks each, taken in turn, so
+that a load that comes and goes weighs on both) and in a burst of `--messages` sent at once then
+awaited (throughput), and the ratios bus/baseline are printed, with the CPU time of
 both processes per message and the database sessions opened per message. The bus's
 server-side latency is split into stages from the rows' own timestamps.
 
@@ -61,6 +62,7 @@ NOTIFY_ENV = "MCPLET_BENCH_BUS_NOTIFY"
 NOTIFY_FROM_ENV = "MCPLET_BENCH_BUS_NOTIFY_FROM"  # bench/chain.py: the chain's last agent
 QUEUE_ENV = "MCPLET_BENCH_BUS_QUEUE"
 PROFILE_ENV = "MCPLET_BENCH_WORKER_PROFILE"  # a path: the worker profiles its tasks there
+BLOCKS = 5  # the sequential round trips: the baseline's and the bus's blocks, in turn
 PROFILE_SKIP = 30  # host tasks not profiled: a warm-up of that many goes first
 
 
@@ -373,6 +375,22 @@ def bus_sequential(rig, n, offset=0):
     return result
 
 
+def sequential_in_turn(rig, n):
+    """The baseline's and the bus's one-at-a-time round trips in BLOCKS blocks each, taken in
+    turn (a load that comes and goes weighs on both): their results, each summed over its
+    blocks."""
+    baseline, through_bus, block = {}, {}, max(1, n // BLOCKS)
+    for i in range(BLOCKS):
+        _add(baseline, celery_sequential(rig, block))
+        _add(through_bus, bus_sequential(rig, block, offset=i * block))
+    return baseline, through_bus
+
+
+def _add(total, result):
+    for key, value in result.items():
+        total[key] = total.get(key, type(value)()) + value
+
+
 def bus_burst(rig, n, offset=0):
     from a2a import bus
 
@@ -494,9 +512,11 @@ def print_round_trips(n, results, wait):
         ("bus_burst", "A2A bus, burst"),
     ):
         r = results[key]
+        count = len(r.get("latencies", ())) or n  # the blocks in turn: a multiple of BLOCKS
         print(
-            f"   {label:<36} {r['bench_cpu'] / n * 1e3:>8.2f} / {r['worker_cpu'] / n * 1e3:>6.2f}"
-            f"   wall {r['total'] / n * 1e3:>6.2f}   sessions {r['sessions'] / n:.2f}"
+            f"   {label:<36} {r['bench_cpu'] / count * 1e3:>8.2f} / "
+            f"{r['worker_cpu'] / count * 1e3:>6.2f}   wall {r['total'] / count * 1e3:>6.2f}   "
+            f"sessions {r['sessions'] / count:.2f}"
         )
 
     for key, label in (("stages_seq", "sequential"), ("stages_burst", "burst")):
@@ -565,11 +585,10 @@ def run(args, app, queue, sink, workdir):
         rig = Rig(worker, key, args.wait, args.poll_ms / 1000)
         celery_sequential(rig, args.warmup)
         bus_sequential(rig, args.warmup, offset=-args.warmup)
-        print("Celery baseline: sequential, burst ...", flush=True)
-        results["celery_seq"] = celery_sequential(rig, n)
+        print(f"sequential, the baseline and the bus in turn ({BLOCKS} blocks) ...", flush=True)
+        results["celery_seq"], results["bus_seq"] = sequential_in_turn(rig, n)
+        print("bursts: the baseline, then the bus ...", flush=True)
         results["celery_burst"] = celery_burst(rig, n)
-        print("A2A bus: sequential, burst ...", flush=True)
-        results["bus_seq"] = bus_sequential(rig, n)
         results["bus_burst"] = bus_burst(rig, n, offset=n)
     for phase in ("bus_seq", "bus_burst"):
         check_responses(results[phase]["ids"], phase)

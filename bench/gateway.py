@@ -141,6 +141,7 @@ def gateway_steps(call, agent, count):
     mcplet = checks.check("query_crm", ARGS, agent, HOST, "model")
     config = ServerConfig.of(mcplet.server)
     result = sessions.call_tool(config, "query_crm", ARGS, timeout=30)
+    snapshot = registry.current()  # the look-ups in it alone (the token's read is its own step)
 
     def record():
         audit.record(
@@ -164,10 +165,8 @@ def gateway_steps(call, agent, count):
         "gateway.call_tool, whole": call,
         checked: lambda: checks.check("query_crm", ARGS, agent, HOST, "model"),
         "  registry.current (reads the version token)": registry.current,
-        "  _resolve (kept)": lambda: checks._resolve("query_crm", registry.current()),
-        "  _check_grants (kept)": lambda: checks._check_grants(
-            mcplet, agent, HOST, registry.current()
-        ),
+        "  _resolve (kept)": lambda: checks._resolve("query_crm", snapshot),
+        "  _check_grants (kept)": lambda: checks._check_grants(mcplet, agent, HOST, snapshot),
         "  _check_arguments (JSON Schema)": lambda: checks._check_arguments(mcplet, ARGS),
         "  rate limit (Pool.take_call)": mcplet.pool.take_call,
         pool: lambda: sessions.call_tool(config, "query_crm", ARGS, timeout=30),

@@ -8,7 +8,7 @@ fails is dropped and reopened by the next call.
 import asyncio
 import os
 import threading
-from contextlib import contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
 
 from django.db import connections
 from django.utils import timezone
@@ -81,26 +81,33 @@ async def _unless_refused(config, started):
 class _Call:
     """One tools/call in flight on a session, with what takes its server's form requests to a
     person (`asker`: `.ask(message, schema)` → the ElicitResult's fields, `.refuse(reason)`,
-    `.wait` seconds at most), and the time spent waiting for that person, which the call's
-    own timeout does not count."""
+    `.wait` seconds at most). Its timeout's clock stops while that person is asked: the call's
+    own time is what it counts."""
 
     def __init__(self, asker):
         self.asker = asker
-        self.asking, self.asking_now = 0.0, False
+        self.deadline = None  # the call's asyncio.timeout, once it runs
 
     async def run(self, request, timeout):
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(request)
-        started = loop.time()
+        async with asyncio.timeout(timeout) as self.deadline:
+            return await request
+
+    @asynccontextmanager
+    async def asking(self):
+        """The clock stopped while a person answers, then what was left of it runs on (a call
+        that ended meanwhile has no clock to move)."""
+        loop, deadline = asyncio.get_running_loop(), self.deadline
+        when = deadline.when() if deadline is not None else None
+        left = None if when is None else when - loop.time()
+        if left is not None:
+            with suppress(RuntimeError):
+                deadline.reschedule(None)
         try:
-            while not task.done():
-                left = started + timeout + self.asking - loop.time()
-                if left <= 0 and not self.asking_now:
-                    raise TimeoutError
-                await asyncio.wait({task}, timeout=max(left, 0.05))
-            return task.result()
+            yield
         finally:
-            task.cancel()
+            if left is not None:
+                with suppress(RuntimeError):
+                    deadline.reschedule(loop.time() + max(left, 0))
 
 
 class _Held:
@@ -157,15 +164,10 @@ class _Held:
             await asyncio.to_thread(_refuse, [call.asker for call in calls], reason)
             return ElicitResult(action="decline")
         call = calls[0]
-        loop = asyncio.get_running_loop()
-        started, call.asking_now = loop.time(), True
-        try:
+        async with call.asking():
             answer = await asyncio.to_thread(
                 _ask, call.asker, params.message, params.requested_schema
             )
-        finally:
-            call.asking += loop.time() - started
-            call.asking_now = False
         return ElicitResult(**answer)
 
     async def close(self):
