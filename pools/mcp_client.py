@@ -443,7 +443,13 @@ def probe(config, timeout=10.0):
     the MCP revision agreed; raises ServerUnreachable with the reason when that fails."""
 
     async def negotiate():
-        async with open_session(config, timeout=timeout) as client:
-            return client.protocol_version
+        # The whole check keeps to `timeout`: the SDK tries `server/discover`, then
+        # `initialize`, each with a timeout of its own.
+        with anyio.fail_after(timeout):
+            async with open_session(config, timeout=timeout) as client:
+                return client.protocol_version
 
-    return anyio.run(negotiate)
+    try:
+        return anyio.run(negotiate)
+    except TimeoutError:
+        raise ServerUnreachable(f"{config.name}: no answer within {timeout:g} s") from None

@@ -1,7 +1,9 @@
 import json
 import shlex
+import socket
 import subprocess
 import sys
+import time
 from io import StringIO
 
 import pytest
@@ -86,6 +88,18 @@ def test_add_mcp_server_checks_that_a_url_answers_mcp(spec):
     with pytest.raises(CommandError, match=f"down: {down}: ConnectError: Connection refused"):
         run("add_mcp_server", "down", "--url", down, "--timeout", "5")
     assert list(McpServer.objects.values_list("name", flat=True)) == ["crm", "hr"]
+
+
+def test_add_mcp_server_waits_its_timeout_and_no_more():
+    """The SDK tries `server/discover`, then `initialize`, each with the whole timeout: the check
+    as a whole keeps to it."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, and never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        started = time.monotonic()
+        with pytest.raises(CommandError, match=r"silent: no answer within 2 s"):
+            run("add_mcp_server", "silent", "--url", url, "--timeout", "2")
+        assert time.monotonic() - started < 3.5
+    assert not McpServer.objects.exists()
 
 
 def test_add_mcp_server_checks_that_a_stdio_command_exists_and_starts():
