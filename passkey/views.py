@@ -306,12 +306,24 @@ def reject(request, token):
     return JsonResponse({"status": "rejected"})
 
 
+def _qr_svg(payload):
+    """The QR code of `payload` as inline SVG — a full QR code (phones' cameras and wallets do
+    not read Micro QR) of its UTF-8 bytes (never turned into Shift JIS for kanji mode), at the
+    most error correction its size allows — or None when it holds more than a QR code can
+    (2,953 bytes): the page then shows it to copy."""
+    import segno  # only step-up pages draw QR codes
+
+    try:
+        qr = segno.make_qr(payload, error="l", boost_error=True, encoding="utf-8")
+    except segno.DataOverflowError:
+        return None
+    return mark_safe(qr.svg_inline(scale=4, border=2, omitsize=True))  # noqa: S308 (ours)
+
+
 def _step_up(request, ceremony):
     """A step-up's page: each step with its domain in large type, a URL opened only after the
     person confirms (never a redirect, never embedded), a QR code drawn from the opaque payload
     on the server (an inline SVG: the CSP stays as strict)."""
-    import segno  # only step-up pages draw QR codes
-
     server = ceremony.mcplet.server if ceremony.mcplet else None
     server_domain = (read_url(server.url) or ("", ""))[0] if server and server.url else ""
     confirmed = request.GET.get("open", "")
@@ -319,8 +331,7 @@ def _step_up(request, ceremony):
     for index, step in enumerate(ceremony.elicitations):
         shown = {"index": str(index), **step}
         if step.get("mode") == "qr":
-            qr = segno.make(step["qrPayload"], error="m")
-            shown["svg"] = mark_safe(qr.svg_inline(scale=4, border=2))  # noqa: S308 (ours)
+            shown["svg"] = _qr_svg(step["qrPayload"])
         else:
             shown["elsewhere"] = step.get("domain") != server_domain
             shown["confirmed"] = confirmed == str(index)

@@ -195,11 +195,11 @@ class ServerLog:
         return "\n".join(text.strip().splitlines()[-self.TAIL_LINES :])
 
 
-def _keep_last(responses, session_id=None):
+def _keep_last(responses, answered=None):
     async def hook(response):
         responses[:] = [response]  # one: the session may live for days
-        if session_id is not None and (given := response.headers.get("mcp-session-id")):
-            session_id(given)
+        if answered is not None:
+            answered(response)
 
     return hook
 
@@ -261,16 +261,16 @@ async def open_session(
     message_handler=None,
     elicitation_callback=decline_elicitation,
     auth=None,
-    session_id=None,
+    answered=None,
 ):
     """A connected `mcp.Client` to the server, at the newest MCP revision both speak: the SDK
     probes `server/discover` (2026-07-28) and falls back to the `initialize` handshake
     (2025-11-25 and older); `client.protocol_version` says which. ServerUnreachable if it
     cannot be opened, naming the server's versions when none is shared. The client's response
     cache honours the list results' `ttlMs` (the SDK's default). `auth`: an httpx auth to use
-    instead of the server's own (the OAuth connect flow's). `session_id`: called with the
-    `Mcp-Session-Id` a streamable HTTP server gives the session (2025-11-25; the SDK's Client
-    does not expose it, its responses' headers do)."""
+    instead of the server's own (the OAuth connect flow's). `answered`: called with each HTTP
+    response of a streamable HTTP session (its `Mcp-Session-Id`, 2025-11-25, is in their
+    headers; the SDK's Client does not expose it)."""
     import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
@@ -297,7 +297,7 @@ async def open_session(
                     timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
                     verify=_ssl_context(),
                     # The SDK turns an HTTP error into a vague JSON-RPC one: keep the status.
-                    event_hooks={"response": [_keep_last(responses, session_id)]},
+                    event_hooks={"response": [_keep_last(responses, answered)]},
                 )
                 await stack.enter_async_context(client)
                 transport = streamable_http_client(config.url, http_client=client)

@@ -78,6 +78,11 @@ async def _unless_refused(config, started):
         raise tokens.NotConnected(reason)
 
 
+class SessionLost(ServerUnreachable):
+    """The server no longer knows the session the call was sent on (it restarted: HTTP 404 to
+    its `Mcp-Session-Id`), and so did not run it."""
+
+
 class _Call:
     """One tools/call in flight on a session, with what takes its server's form requests to a
     person (`asker`: `.ask(message, schema)` → the ElicitResult's fields, `.refuse(reason)`,
@@ -119,6 +124,7 @@ class _Held:
         self.closing = asyncio.Event()
         self.calls = set()
         self.session_id = ""  # the server's Mcp-Session-Id, if it gives one
+        self.lost = False  # the server no longer knows that id
         self.task = asyncio.create_task(self._hold(timeout))
 
     async def _hold(self, timeout):
@@ -128,7 +134,7 @@ class _Held:
                 timeout=timeout,
                 message_handler=self._heard,
                 elicitation_callback=self._elicit,
-                session_id=self._named,
+                answered=self._answered,
             ) as session:
                 self.ready.set_result(session)
                 await self.closing.wait()
@@ -136,8 +142,11 @@ class _Held:
             if not self.ready.done():
                 self.ready.set_exception(exc)
 
-    def _named(self, session_id):
-        self.session_id = session_id[:200]
+    def _answered(self, response):
+        if given := response.headers.get("mcp-session-id"):
+            self.session_id = given[:200]
+        elif response.status_code == 404 and response.request.headers.get("mcp-session-id"):
+            self.lost = True  # it restarted: MCP 2025-11-25 says to start a new session
 
     async def _heard(self, message):
         """The server's notifications/elicitation/complete: a task completes the step-up that
@@ -261,9 +270,15 @@ class SessionPool:
                 self._held.pop(config.id, None)
                 raise
 
-    async def _call(self, config, name, arguments, meta, timeout, asker, reply):
+    async def _call(self, config, *request):
+        try:
+            return await self._call_once(config, *request)
+        except SessionLost:  # refused unrun: once more, on a new session
+            return await self._call_once(config, *request)
+
+    async def _call_once(self, config, name, arguments, meta, timeout, asker, reply):
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
 
         held, client = await self._session(config, timeout)
         started = timezone.now()
@@ -297,6 +312,9 @@ class SessionPool:
                 raise OutcomeUnknown(
                     f"{config.name}: no answer within {timeout:g} s (the outcome is unknown)"
                 ) from None
+            if held.lost and exc.code == INVALID_REQUEST:  # its answer was the 404
+                await self._drop(config)
+                raise SessionLost(f"{config.name}: it no longer knows the host's session") from None
             if exc.code != CONNECTION_CLOSED:
                 await _unless_refused(config, started)
                 raise  # the server answered with a JSON-RPC error: the session is fine

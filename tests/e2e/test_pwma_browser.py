@@ -122,3 +122,29 @@ def test_a_url_on_another_domain_says_so_and_cancel_runs_nothing_more(page, host
     run.refresh_from_db()  # the agent is told, and goes on without the mandate
     assert run.status == AgentRun.Status.SUCCESS and run.result == {"answer": "no mandate"}
     assert not AuditEvent.objects.filter(event_type="mcplet.stepup.retried").exists()
+
+
+def test_the_qr_code_fills_a_phone_and_one_too_long_for_a_qr_code_is_shown_to_copy(
+    page, host, approver, script
+):
+    with serve() as wallet:
+        then = {"expect": {"tool_results_contain": ["X_APPROVAL_REJECTED"]}, "text": "no mandate"}
+        run, held = start_run(script, wallet, "req-phone", then)
+        page.set_viewport_size({"width": 390, "height": 844})
+        use_session(page, host, approver)
+        page.goto(host + held.get_absolute_url())
+        drawn = page.locator("#qr-0 svg").bounding_box()
+        assert 300 <= drawn["width"] <= 360 and drawn["width"] == drawn["height"]
+
+        steps = held.elicitations
+        steps[0]["qrPayload"] = "x" * 4000  # past what a QR code holds
+        Ceremony.objects.filter(pk=held.pk).update(elicitations=steps)
+        page.reload()
+        expect(page.locator("#qr-0")).to_have_count(0)
+        copy = page.locator("#qr-text-0")
+        expect(copy).to_have_value("x" * 4000)
+        assert copy.bounding_box()["width"] <= 390
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.click("#cancel")
+        expect(page.locator("#status")).to_contain_text("Cancelled")
+        assert page.problems == []
