@@ -129,8 +129,8 @@ class Watcher:
                 await asyncio.wait_for(changed.wait(), self.ping_interval)
             except TimeoutError:
                 if settled:  # quiet: make sure the server is still there
-                    listed = await self._still_there(client, listed)
-                    if listed is not None:
+                    listed, unchanged = await self._still_there(client, listed)
+                    if unchanged:
                         continue
                 settled = True
             changed.clear()
@@ -138,15 +138,16 @@ class Watcher:
             log.info("re-discovered %s", await discover_with_session(config, client))
 
     async def _still_there(self, client, listed):
-        """A quiet session's check. 2025-11-25: a ping. 2026-07-28 has no ping: the tool
-        list, from the client's cache while its `ttlMs` lasts — the previous list if nothing
-        changed, else None (re-discover)."""
+        """A quiet session's check: (the tool list as listed now, whether it is unchanged).
+        2025-11-25: a ping (its changes come by notification). 2026-07-28 has no ping: the tool
+        list, from the client's cache while its `ttlMs` lasts, unchanged if it is the previous
+        one (or the first since a discovery)."""
         if not is_modern(client):
             await asyncio.wait_for(client.session.send_ping(), self.timeout)
-            return listed
+            return listed, True
         tools = await asyncio.wait_for(list_all_tools(client, cache_mode="use"), self.timeout)
         now = [tool.model_dump(mode="json") for tool in tools]
-        return now if listed in (None, now) else None
+        return now, listed in (None, now)
 
     @staticmethod
     async def _stop(task):

@@ -106,3 +106,15 @@ def test_reconnects_after_the_server_drops(spec, watcher):
         .values_list("event_type", flat=True)
     )
     assert kinds.count("SERVER_CONNECTED") == 2 and "SERVER_DISCONNECTED" in kinds
+
+
+@pytest.mark.parametrize("protocols", ["2025", "2026"])
+def test_a_quiet_server_is_checked_not_rediscovered(spec, watcher, protocols):
+    """Past the first quiet interval's re-list, a quiet 2025-11-25 session gets a ping and a
+    2026-07-28 one its (cached) list: neither is discovered again while nothing changes."""
+    crm = spec([tool("query_crm")]).stdio(protocols=protocols)
+    wait_until(lambda: routable(crm) == {"query_crm"}, "first discovery")
+    time.sleep(1.5)  # the first quiet interval (0.5 s) re-lists once
+    discovered = McpServer.objects.get(pk=crm.pk).last_discovery_at
+    time.sleep(2.5)  # five more quiet intervals
+    assert McpServer.objects.get(pk=crm.pk).last_discovery_at == discovered
