@@ -6,6 +6,7 @@ Django, Celery and httpx instrumentations carry the W3C trace context across eve
 
 import os
 import re
+import secrets
 from contextlib import contextmanager
 
 from mcplets.otel import tracing_wanted
@@ -13,6 +14,10 @@ from mcplets.otel import tracing_wanted
 SERVICE_NAME = "mcplet-host"
 TRACER = "mcplet_host"
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+# What a URL may hold that a trace store must not keep: its query (an OAuth callback's code and
+# state, a webhook's token) and a held call's token, in the approval pages' paths.
+_HELD_CALL = re.compile(r"(/passkey/ceremonies/)[^/?#]+")
+URL_ATTRIBUTES = ("http.url", "url.full", "http.target", "url.path", "url.query")
 
 
 wanted = tracing_wanted  # the kit's rule, so launched MCPlets decide alike
@@ -44,10 +49,52 @@ def setup():
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(BatchSpanProcessor(_exporter()))
     trace.set_tracer_provider(provider)
-    for instrumentor in (DjangoInstrumentor(), CeleryInstrumentor(), HTTPXClientInstrumentor()):
+    hooks = {"request_hook": _without_secrets}
+    for instrumentor, options in (
+        (DjangoInstrumentor(), hooks),
+        (CeleryInstrumentor(), {}),
+        (HTTPXClientInstrumentor(), hooks),
+    ):
         if not instrumentor.is_instrumented_by_opentelemetry:
-            instrumentor.instrument(tracer_provider=provider)
+            instrumentor.instrument(tracer_provider=provider, **options)
     _set_up_in, ENABLED = os.getpid(), True
+
+
+def url_without_secrets(url):
+    """`url` as a trace may keep it: no query or fragment, no held call's token."""
+    return _HELD_CALL.sub(r"\1{token}", url.split("#", 1)[0].split("?", 1)[0])
+
+
+def _without_secrets(span, *request):
+    """The Django and httpx instrumentations' request hook: the URL attributes they set, as a
+    trace may keep them."""
+    if span is None or not span.is_recording():
+        return
+    attributes = getattr(span, "attributes", None) or {}
+    for key in URL_ATTRIBUTES:
+        if attributes.get(key):
+            kept = "REDACTED" if key == "url.query" else url_without_secrets(str(attributes[key]))
+            span.set_attribute(key, kept)
+
+
+@contextmanager
+def untraced():
+    """Work inside starts no trace of its own: runhost's watcher thread, like the watcher's own
+    process, which does not trace. Its spans (the MCP SDK's) have an unsampled parent, which
+    the default, parent-based sampler follows."""
+    if not ENABLED:
+        yield
+        return
+    from opentelemetry import context, trace
+
+    quiet = trace.SpanContext(
+        secrets.randbits(127) + 1, secrets.randbits(63) + 1, is_remote=False
+    )  # trace flags 0: not sampled
+    token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(quiet)))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _exporter():

@@ -6,6 +6,7 @@ fails is dropped and reopened by the next call.
 """
 
 import asyncio
+import contextvars
 import os
 import threading
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -125,7 +126,9 @@ class _Held:
         self.calls = set()
         self.session_id = ""  # the server's Mcp-Session-Id, if it gives one
         self.lost = False  # the server no longer knows that id
-        self.task = asyncio.create_task(self._hold(timeout))
+        # In a context of its own: the session's tasks (its reader's notifications among them)
+        # must not carry the trace of the call that happened to open it.
+        self.task = asyncio.create_task(self._hold(timeout), context=contextvars.Context())
 
     async def _hold(self, timeout):
         try:

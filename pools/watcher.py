@@ -14,6 +14,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ToolListChangedNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcplet_host import tracing
 from pools.discovery import discover_with_session, list_all_tools, mark_server
 from pools.mcp_client import ServerConfig, describe, open_session
 from pools.models import McpServer
@@ -159,8 +160,13 @@ def start_in_thread(**options):
     """Run a Watcher on its own event loop in a daemon thread; returns a function that stops it."""
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
+
+    def run():
+        with tracing.untraced():  # as the watcher's own process, which does not trace
+            loop.run_until_complete(Watcher(**options).run(stop))
+
     thread = threading.Thread(
-        target=lambda: loop.run_until_complete(Watcher(**options).run(stop)),
+        target=run,
         name="mcplet-watcher",
         daemon=True,
     )

@@ -4,6 +4,7 @@ gateway's spans follow the MCP semantic conventions and `_meta.traceparent` carr
 import subprocess
 import sys
 
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import (
@@ -16,15 +17,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from a2a import bus
 from a2a.models import A2AMessage
+from agents.models import Agent
 from agents.tasks import deliver
 from held import lifecycle
 from mcplet_host import gateway, tracing
 from mcplet_host.gateway.execute import trace_context
 from mcplets.examples.programmable import serve_http, write_spec
+from mcplets.examples.pwma_wallet import serve as serve_wallet
+from pools import sessions as pools_sessions
+from pools.discovery import discover
 from pools.mcp_client import stdio_env
+from pools.models import McpServer
 from tests.conftest import make_registry, reference_tools
 from tests.mcplet_host.test_gateway import ASSERTION
-from tests.processes import ROOT, environment
+from tests.processes import ROOT, environment, wait_until
 
 EXPORTED = InMemorySpanExporter()
 
@@ -312,3 +318,24 @@ def test_a_hand_off_delivered_by_the_worker_is_a_span_of_its_task(
     assert delivered.parent.span_id == task.get_span_context().span_id
     assert run.parent.span_id == delivered.context.span_id
     assert run.context.trace_id == task.get_span_context().trace_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_servers_notification_is_in_no_trace_of_the_call_that_opened_the_session(
+    traced, monkeypatch
+):
+    """The session outlives the call that opened it: what the server later tells it (a
+    wallet's step completed) is not a part of that call's trace."""
+    told = []
+    monkeypatch.setattr(pools_sessions, "enqueue", lambda *task: told.append(tracing.traceparent()))
+    with serve_wallet() as wallet:
+        server = McpServer.objects.create(name="wallet", transport="http", url=f"{wallet}/mcp")
+        discover(server)
+        agent = Agent.objects.create(agent_id="planning-agent", display_name="Planning")
+        with tracing.span("the opener"):  # the call that opens the process's session
+            assert gateway.call_tool(agent, "aaif.pwma.metadata", {}).status == "executed"
+        arguments = {"requestId": "req-t", "walletIntent": {"type": "mandate", "payee": "B"}}
+        held = gateway.call_tool(agent, "aaif.pwma.request", arguments).ceremony
+        assert httpx.post(held.elicitations[1]["url"]).status_code == 200  # the holder approves
+        wait_until(lambda: told, "the wallet's notification")
+    assert told == [""]

@@ -156,3 +156,20 @@ def test_a_partner_task_is_one_trace_from_the_web_through_the_worker_to_the_mcp_
     expect(link).to_have_text(trace_id)
     assert link.get_attribute("href") == TRACE_URL.format(trace_id=trace_id)
     screenshot(page, "dashboard-trace-otel")
+
+    # What a URL may hold reaches no trace store: an OAuth callback's code and state, a held
+    # call's token (its approval page's path).
+    for path in (
+        "/oauth/callback?code=CODE-SECRET&state=STATE-SECRET",
+        "/passkey/ceremonies/TOKEN-SECRET/",
+    ):
+        other = secrets.token_hex(16)
+        context = {"traceparent": f"00-{other}-{secrets.token_hex(8)}-01"}
+        httpx.get(host + path, headers=context, timeout=30)
+        wait_until(lambda other=other: receiver.trace(other), f"the span of {path}", timeout=30)
+        (served,) = [s for _, s in receiver.trace(other).values()]
+        kept = {a.key: str(value(a.value)) for a in served.attributes}
+        assert not any("SECRET" in v for v in kept.values()), kept
+        assert any(
+            path.split("?")[0].replace("TOKEN-SECRET", "{token}") in v for v in kept.values()
+        )
