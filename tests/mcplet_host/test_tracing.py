@@ -3,6 +3,7 @@ gateway's spans follow the MCP semantic conventions and `_meta.traceparent` carr
 
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -28,6 +29,7 @@ from pools import sessions as pools_sessions
 from pools.discovery import discover
 from pools.mcp_client import stdio_env
 from pools.models import McpServer
+from pools.watcher import start_in_thread as start_watcher
 from tests.conftest import make_registry, reference_tools
 from tests.mcplet_host.test_gateway import ASSERTION
 from tests.processes import ROOT, environment, wait_until
@@ -339,3 +341,21 @@ def test_a_servers_notification_is_in_no_trace_of_the_call_that_opened_the_sessi
         assert httpx.post(held.elicitations[1]["url"]).status_code == 200  # the holder approves
         wait_until(lambda: told, "the wallet's notification")
     assert told == [""]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runhosts_watcher_thread_starts_no_trace(traced, registry):
+    """As the watcher's own process does not trace, its thread in runhost starts no trace: its
+    discovery's MCP requests are no spans."""
+    server = registry["server"]
+    traced.clear()  # (the registry's own discovery)
+    stop = start_watcher(poll_interval=0.2, ping_interval=0.3, timeout=5)
+    try:
+        wait_until(
+            lambda: McpServer.objects.get(pk=server.pk).status == McpServer.Status.CONNECTED,
+            "the watcher's discovery",
+        )
+        time.sleep(1)  # a few quiet intervals: pings, or re-lists
+    finally:
+        stop()
+    assert [s.name for s in traced.get_finished_spans() if s.name.startswith("MCP ")] == []
