@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
-from prometheus_client import Counter, Histogram, values
+from prometheus_client import Counter, Histogram, disable_created_metrics, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -35,6 +35,10 @@ if MULTIPROCESS_DIR:
         raise ImproperlyConfigured(f"PROMETHEUS_MULTIPROC_DIR={MULTIPROCESS_DIR} is not writable.")
     # Before any series below is created: their values live in this process's files.
     values.ValueClass = values.MultiProcessValue(_process)
+
+# A counter's `_created` series exist only in one process's registry (gone in multiprocess
+# mode): none, so that `runhost` and `serve` expose the same series.
+disable_created_metrics()
 
 # OpenTelemetry's MCP semantic conventions' buckets for mcp.client.operation.duration.
 MCP_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -101,16 +105,13 @@ def refused(rule, mcplet):
 def mcp_call(mcplet, seconds, error_code=""):
     """One tools/call's duration; `error_code` is its envelope's, kept only if the host knows
     it (a server may send any code)."""
+    from mcplet_host.gateway.envelopes import HOST_CODES
     from mcplets import ErrorCode  # (mcplets imports nothing from the host)
 
-    known = not error_code or error_code in ERROR_CODES or error_code in ErrorCode.__members__
+    known = not error_code or error_code in HOST_CODES or error_code in ErrorCode.__members__
     MCP_DURATION.labels(
         "tools/call", mcplet.name, mcplet.server.name, error_code if known else "_OTHER"
     ).observe(seconds)
-
-
-# The host's own error codes besides §9.1's (the gateway's and the held calls').
-ERROR_CODES = {"X_OUTCOME_UNKNOWN", "X_ACCESS_DENIED", "X_DOMAIN_NOT_ALLOWED"}
 
 
 def decided(ceremony, user):

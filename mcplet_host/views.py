@@ -4,6 +4,7 @@ from django.conf import settings
 from django.http import Http404, HttpResponse, JsonResponse
 from django.views import csrf
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -23,15 +24,16 @@ def healthz(request):
 
 
 @never_cache
+@csrf_exempt  # a bearer token, no cookie: a POST is told 405, not the CSRF page
 def metrics_endpoint(request):
     """Prometheus's scrape, for the bearer of METRICS_TOKEN only (compared in constant time);
     without a token set the endpoint does not exist, so nothing is shown by default."""
     token = settings.METRICS_TOKEN
     if not token:
         raise Http404
-    sent = request.headers.get("Authorization", "")
-    expected = f"Bearer {token}"
-    if not hmac.compare_digest(sent.encode("utf-8", "replace"), expected.encode()):
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    matches = hmac.compare_digest(sent.lstrip(" ").encode("utf-8", "replace"), token.encode())
+    if scheme.lower() != "bearer" or not matches:  # RFC 9110 §11.1: any case of the scheme
         refused = HttpResponse("A bearer token is required.\n", status=401)
         refused["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return refused

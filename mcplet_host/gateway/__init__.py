@@ -120,6 +120,7 @@ def _call_tool(agent, tool, arguments, asker, offered):
     ceremony = step_up.hold_if_asked(mcplet, arguments, answer, asker)
     if ceremony is None:
         return Outcome("executed", answer.envelope)
+    metrics.tool_called(mcplet, "held")  # after its server asked for a person's step
     return Outcome("pending", ceremony=ceremony)
 
 

@@ -78,6 +78,19 @@ PWMA_ERRORS = {
     -32043: ("X_PWMA_UPSTREAM_ERROR", "an issuer or verifier failed", True, "external"),
     -32044: ("X_PWMA_VAULT_LOCKED", "the wallet's vault is locked", True, "security"),
 }
+# The host's own codes a tools/call's envelope may carry, besides §9.1's (docs/metrics.md).
+HOST_CODES = frozenset(
+    {
+        "X_OUTCOME_UNKNOWN",
+        "X_ACCESS_DENIED",
+        "X_DOMAIN_NOT_ALLOWED",
+        "X_INVALID_RESULT",
+        "X_RESULT_TOO_LARGE",
+        "X_INPUT_REQUIRED",
+        "X_INPUT_UNSUPPORTED",
+        *(code for code, *_ in PWMA_ERRORS.values()),
+    }
+)
 
 
 def jsonrpc_error(mcplet, exc, told):

@@ -41,9 +41,8 @@ def test_without_a_token_set_the_endpoint_is_not_there(client, settings):
         "Bearer ",
         f"Bearer {TOKEN[:-1]}",
         f"Bearer {TOKEN}x",
-        f"bearer {TOKEN}",
         f"Basic {TOKEN}",
-        f"Bearer  {TOKEN}",
+        f"Bearer{TOKEN}",
         "Bearer \u00e9\u00e8\u2603",
         "Bearer \udcff",
         "Bearer " + "A" * 100_000,
@@ -57,6 +56,19 @@ def test_only_the_bearer_of_the_token_reads_it(client, token, header):
     assert b"mcplet_" not in response.content
 
 
+@pytest.mark.parametrize("header", [f"bearer {TOKEN}", f"BEARER {TOKEN}", f"Bearer  {TOKEN}"])
+def test_the_scheme_is_read_in_any_case_and_after_any_spaces(client, token, header):
+    """RFC 9110 §11.1 and §11.4: `auth-scheme 1*SP token68`, the scheme case-insensitive."""
+    assert client.get("/metrics", HTTP_AUTHORIZATION=header).status_code == 200
+
+
+def test_a_post_is_told_the_methods_it_may_use(token):
+    from django.test import Client
+
+    answer = Client(enforce_csrf_checks=True).post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert answer.status_code == 405 and answer["Allow"] == "GET, HEAD"
+
+
 def test_the_bearer_reads_the_series(client, token):
     response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200
@@ -67,6 +79,7 @@ def test_the_bearer_reads_the_series(client, token):
     assert "# TYPE mcp_client_operation_duration_seconds histogram" in text
     assert 'mcplet_approvals_pending{kind="tool_call"} 0.0' in text
     assert 'mcplet_agent_runs{state="awaiting_approval"} 0.0' in text
+    assert "_created" not in text  # as in multiprocess mode: `runhost` and `serve` alike
 
 
 def test_hostile_requests_are_refused_without_a_500(client, token):
@@ -75,6 +88,25 @@ def test_hostile_requests_are_refused_without_a_500(client, token):
     assert client.generic("BREW", "/metrics", **bearer).status_code == 405
     assert client.get("/metrics?x=%ff%fe&name[]=1", **bearer).status_code == 200
     assert client.get("/metrics/", **bearer).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("code", "kept"),
+    [
+        ("X_PWMA_VAULT_LOCKED", "X_PWMA_VAULT_LOCKED"),
+        ("X_RESULT_TOO_LARGE", "X_RESULT_TOO_LARGE"),
+        ("X_INVALID_RESULT", "X_INVALID_RESULT"),
+        ("SERVICE_UNAVAILABLE", "SERVICE_UNAVAILABLE"),
+        ("X_WHATEVER_A_SERVER_SAYS", "_OTHER"),
+    ],
+)
+def test_the_hosts_own_error_codes_are_kept(registry, code, kept):
+    mcplet = registry["server"].mcplets.get(name="query_crm")
+    labels = {"mcp_method_name": "tools/call", "gen_ai_tool_name": "query_crm"}
+    labels |= {"server": "reference", "error_type": kept}
+    before = value("mcp_client_operation_duration_seconds_count", **labels)
+    metrics.mcp_call(mcplet, 0.1, code)
+    assert value("mcp_client_operation_duration_seconds_count", **labels) == before + 1
 
 
 SERIES = {

@@ -10,6 +10,7 @@ import anyio
 import httpx
 import pytest
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from agents.models import Agent
 from held.kinds import step_up
@@ -93,9 +94,12 @@ def test_a_step_up_is_held_and_the_wallets_notification_sends_the_same_call_agai
     agent, wallet, calls
 ):
     arguments = {"requestId": "req-1", "walletIntent": INTENT}
+    held_calls = {"tool": "aaif.pwma.request", "pool": "", "outcome": "held"}
+    before = REGISTRY.get_sample_value("mcplet_tool_calls_total", held_calls) or 0
     outcome = gateway.call_tool(agent, "aaif.pwma.request", arguments, trace="ctx-step")
 
     assert outcome.status == "pending"
+    assert REGISTRY.get_sample_value("mcplet_tool_calls_total", held_calls) == before + 1
     held = outcome.ceremony
     assert held.kind == Ceremony.Kind.STEP_UP and held.status == Ceremony.Status.PENDING
     qr, url = held.elicitations
