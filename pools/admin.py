@@ -49,18 +49,6 @@ class PoolAdmin(admin.ModelAdmin):
         return obj.n_agents
 
 
-class McpletInline(admin.TabularInline):
-    model = Mcplet
-    fields = ["name", "mcplet_type", "pool_name", "visibility", "status", "rejection_reason"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-    show_change_link = True
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
@@ -84,8 +72,8 @@ class McpServerAdmin(admin.ModelAdmin):
         "protocol_version",
         "last_discovery_at",
         "created_at",
+        "mcplets_listed",
     ]
-    inlines = [McpletInline]
     actions = ["discover_now"]
     fieldsets = [
         (None, {"fields": ["name", "transport", "enabled"]}),
@@ -104,11 +92,45 @@ class McpServerAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        (
-            "State (MGP §11.2 lifecycle)",
-            {"fields": readonly_fields},
-        ),
+        ("State (MGP §11.2 lifecycle)", {"fields": readonly_fields[:-1]}),
+        ("MCPlets", {"fields": ["mcplets_listed"]}),
     ]
+
+    # The server's MCPlets on its page: the first of them, and a link to them all (an inline of
+    # every one was a form field each: a server of 500 tools could not be saved).
+    LISTED = 50
+
+    @admin.display(description="MCPlets")
+    def mcplets_listed(self, obj):
+        if obj.pk is None:
+            return "—"
+        mcplets = list(obj.mcplets.order_by("name")[: self.LISTED])
+        if not mcplets:
+            return "None discovered yet."
+        total = obj.mcplets.count() if len(mcplets) == self.LISTED else len(mcplets)
+        rows = format_html_join(
+            "",
+            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>',
+            (
+                (
+                    reverse("admin:pools_mcplet_change", args=[m.pk]),
+                    m.name,
+                    m.mcplet_type or "—",
+                    m.pool_name or "—",
+                    m.get_status_display(),
+                )
+                for m in mcplets
+            ),
+        )
+        everything = reverse("admin:pools_mcplet_changelist") + f"?server__id__exact={obj.pk}"
+        return format_html(
+            '<table class="mcplets-listed"><thead><tr><th>name</th><th>type</th><th>pool</th>'
+            '<th>status</th></tr></thead><tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
+            rows,
+            everything,
+            f"All {total} MCPlets of this server"
+            + (f" (the first {self.LISTED} are above)" if total > self.LISTED else ""),
+        )
 
     @admin.action(
         description="Discover now (connect, list and validate the tools)", permissions=["change"]

@@ -1,10 +1,11 @@
 import html
+import re
 
 import pytest
 
 from pools.forms import MASK
 from pools.mcp_client import ServerConfig
-from pools.models import McpServer
+from pools.models import Mcplet, McpServer
 
 pytestmark = pytest.mark.django_db
 
@@ -21,9 +22,6 @@ def form(**overrides):
         "url": "http://localhost:9001/mcp",
         "headers": f"Authorization: {SECRET}",
         "enabled": "on",
-        # the read-only MCPlet inline's management form
-        "mcplets-TOTAL_FORMS": "0",
-        "mcplets-INITIAL_FORMS": "0",
     }
     data.update(overrides)
     return data
@@ -190,3 +188,21 @@ def test_oauth_is_for_http_servers_and_brings_its_own_authorization_header(staff
     assert staff_client.post(url, form(auth="oauth", headers="X-Tenant: 7")).status_code == 302
     server.refresh_from_db()
     assert server.oauth_state == "not connected"
+
+
+def test_a_server_of_many_tools_is_shown_and_saved(staff_client, server):
+    """Its page lists the first MCPlets and links to them all: no form field an MCPlet (a
+    server of 500 tools was past DATA_UPLOAD_MAX_NUMBER_FIELDS, and could not be saved)."""
+    Mcplet.objects.bulk_create(
+        Mcplet(server=server, name=f"tool_{i:04}", mcplet_type="read", status="accepted")
+        for i in range(1200)
+    )
+    url = f"/admin/pools/mcpserver/{server.pk}/change/"
+    page = staff_client.get(url).content.decode()
+    assert len(re.findall(r'href="/admin/pools/mcplet/\d+/change/"', page)) == 50
+    assert "tool_0000" in page and "tool_0050" not in page
+    assert f'href="/admin/pools/mcplet/?server__id__exact={server.pk}"' in page
+    assert "All 1200 MCPlets of this server" in page
+    assert staff_client.post(url, form(url="http://localhost:9002/mcp")).status_code == 302
+    server.refresh_from_db()
+    assert server.url == "http://localhost:9002/mcp"

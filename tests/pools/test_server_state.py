@@ -58,8 +58,6 @@ def test_the_admin_form_refuses_a_stdio_command_that_is_not_installed(staff_clie
         "command": "no-such-mcp-server",
         "args_line": "--stdio",
         "enabled": "on",
-        "mcplets-TOTAL_FORMS": "0",
-        "mcplets-INITIAL_FORMS": "0",
     }
     page = staff_client.post("/admin/pools/mcpserver/add/", data)
     assert "The command &#x27;no-such-mcp-server&#x27; is not on the PATH on this host." in (
