@@ -78,7 +78,12 @@ def fitted(model, field_name, text):
     """`text` cut to the length of the model's column (PostgreSQL refuses more), marked "…"
     where it was cut."""
     limit = model._meta.get_field(field_name).max_length
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+    return text if len(text) <= limit else cut(text, limit - 1)
+
+
+def cut(text, limit):
+    """`text` past `limit` characters cut there, marked "…"."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 def json_text(value):

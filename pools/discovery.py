@@ -233,7 +233,8 @@ def classify(tool, pools):
     auth = auth or {}
     return {
         "title": tool.title,
-        "description": tool.description,
+        # Cut past the limit: a rejected tool's evidence, not a hostile server's 50 MB.
+        "description": storable.cut(tool.description, MAX_DESCRIPTION),
         "input_schema": tool.input_schema,
         "meta": tool.meta if tool.meta is not None else {},
         "mcplet_type": mcplet_type if mcplet_type in MCPLET_TYPES else "",
