@@ -132,12 +132,19 @@ def _connection_error(exc):
     return None
 
 
-def _http_problem(url, responses, exc):
+def _http_problem(config, responses, exc):
     """Why an HTTP server did not open a session, naming the URL and what it answered."""
+    url = config.url
     if responses:
         response = responses[-1]
         if response.status_code >= 400:
             answered = f"{url} answered HTTP {response.status_code} {response.reason_phrase}"
+            if config.auth in ("oauth", "client_credentials") and response.status_code == 401:
+                return answered + (
+                    ": it refuses the host's OAuth token (one for another resource or "
+                    "audience, or revoked): check what its authorization server issues the "
+                    "host's client for this server"
+                )
             return answered + _authorization_needed(response)
         kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
         if kind not in ("application/json", "text/event-stream"):
@@ -328,7 +335,7 @@ async def open_session(
         elif refused := _oauth_refusal(exc):
             message = f"{config.name}: its authorization server refused the host: {refused}"
         else:
-            message = f"{config.name}: {_http_problem(config.url, responses, exc)}"
+            message = f"{config.name}: {_http_problem(config, responses, exc)}"
         if log is not None and (tail := log.tail()):
             message += f"\nIts stderr ({log.path}) ends with:\n{tail}"
         raise ServerUnreachable(message) from exc

@@ -143,3 +143,25 @@ def test_a_private_key_signs_the_hosts_assertions(calls, agent, tmp_path):
     server.oauth_client_secret = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----"
     with pytest.raises(ValidationError, match="the private key cannot be read"):
         server.full_clean()
+
+
+@pytest.mark.parametrize(
+    ("auth", "told"),
+    [
+        ("none", "Choose OAuth as its authentication"),
+        ("client_credentials", "it refuses the host's OAuth token"),
+        ("oauth", "it refuses the host's OAuth token"),
+    ],
+)
+def test_a_401_tells_the_operator_what_to_do_for_the_servers_authentication(auth, told):
+    """A server already on OAuth that refuses the host's token (one for another audience) is
+    not told to choose OAuth."""
+    import httpx2
+
+    from pools.mcp_client import ServerConfig, _http_problem
+
+    url = "https://tracker.example/mcp"
+    challenge = 'Bearer resource_metadata="https://tracker.example/.well-known/x"'
+    refused = httpx2.Response(401, headers={"WWW-Authenticate": challenge})
+    config = ServerConfig(id=1, name="tracker", transport="http", url=url, auth=auth)
+    assert told in _http_problem(config, [refused], RuntimeError("closed"))
