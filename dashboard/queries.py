@@ -109,8 +109,10 @@ def next_run(task, now):
 # --- MCPlets ----------------------------------------------------------------------------------
 
 
-def mcplets(status="", server=""):
+def mcplets(status="", server="", name=""):
     rows = Mcplet.objects.select_related("server", "pool")
+    if name:  # a part of the name or of the title, in any case
+        rows = rows.filter(Q(name__icontains=name) | Q(title__icontains=name))
     if status:
         rows = rows.filter(status=status)
     if server:

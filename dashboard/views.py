@@ -97,16 +97,18 @@ def overview(request):
 @require_GET
 def mcplets(request):
     status, server = request.GET.get("status", ""), request.GET.get("server", "")
+    name = request.GET.get("name", "").strip()[:200]
     return render(
         request,
         "dashboard/mcplets.html",
         {
             "nav": "mcplets",
             "servers": queries.servers(),
-            "page": _page(request, queries.mcplets(status, server), 50),
+            "page": _page(request, queries.mcplets(status, server, name), 50),
             "statuses": Mcplet.Status,
             "status": status,
             "server": server,
+            "name": name,
         },
     )
 

@@ -6,6 +6,7 @@ change of a tool's status and every server connection change is audited.
 
 import hashlib
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -152,6 +153,11 @@ def classify(tool, pools):
     """The Mcplet fields for `tool`, with status and a reason a person understands."""
     meta = tool.meta if isinstance(tool.meta, dict) else {}
     reasons = []
+    if hidden := _unseen_in(tool.name):
+        reasons.append(
+            f"its name holds {hidden}, which no page or log shows as it is (MCP: a tool's name "
+            "SHOULD be of A-Z, a-z, 0-9, _, - and .)"
+        )
     if not isinstance(tool.meta, dict | type(None)):
         reasons.append("its _meta is not an object")
 
@@ -251,6 +257,20 @@ def classify(tool, pools):
         "status": Mcplet.Status.REJECTED if reasons else Mcplet.Status.ACCEPTED,
         "rejection_reason": "; ".join(reasons),
     }
+
+
+# Unicode categories shown as something else, or not at all: controls (a line break), format
+# characters (a right-to-left override, a zero-width space), line and paragraph separators,
+# private use and unassigned code points.
+UNSEEN = {"Cc", "Cf", "Co", "Cn", "Zl", "Zp"}
+
+
+def _unseen_in(name):
+    """The first character of `name` a person would not see for what it is, named, or ""."""
+    for character in name:
+        if unicodedata.category(character) in UNSEEN:
+            return f"the character U+{ord(character):04X}"
+    return ""
 
 
 def _fitted(field_name, value):

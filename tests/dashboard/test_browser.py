@@ -124,3 +124,30 @@ def test_a_non_staff_user_is_refused(page, live_server, manager):
 def test_the_anonymous_are_asked_to_sign_in(page, live_server):
     page.goto(f"{live_server.url}/dashboard/approvals/")
     expect(page).to_have_url(f"{live_server.url}/admin/login/?next=/dashboard/approvals/")
+
+
+def test_the_tools_are_found_by_name_and_a_long_name_wraps(page, live_server, staff):
+    from pools.models import Mcplet, McpServer
+
+    server = McpServer.objects.create(name="big", transport="http", url="http://big.example/mcp")
+    long_name = "x" * 200  # a hostile server's, kept cut to its column
+    Mcplet.objects.bulk_create(
+        [Mcplet(server=server, name=f"stock_{i:03}", status="accepted") for i in range(120)]
+        + [Mcplet(server=server, name=long_name, status="rejected", rejection_reason="y" * 500)]
+    )
+    base = live_server.url
+    page.set_viewport_size({"width": 1280, "height": 900})
+    sign_in(page, base)
+    page.goto(f"{base}/dashboard/mcplets/?status=rejected")
+    expect(page.locator("table.mcplets")).to_contain_text(long_name)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+    page.fill("input[name=name]", "STOCK_11")  # a part of a name, in any case
+    page.click("form.filters button")
+    rows = page.locator("table.mcplets tbody tr")
+    expect(rows).to_have_count(0)  # the status filter still holds: none is rejected
+    page.select_option("select[name=status]", "")
+    page.click("form.filters button")
+    expect(rows).to_have_count(10)  # stock_110 … stock_119
+    expect(rows.first).to_contain_text("stock_110")
+    assert page.problems == []

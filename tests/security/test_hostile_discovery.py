@@ -316,3 +316,24 @@ def test_a_schema_that_refers_elsewhere_fetches_nothing(world, attempts, mcp, fe
         assert fetches.paths == []
     finally:
         write_spec(mcp.spec, security_tools())
+
+
+def test_a_name_no_page_shows_as_it_is_rejects_its_tool(world, attempts, tmp_path):
+    """A line break, a right-to-left override or a zero-width space in a tool's name would show
+    on the dashboard, the approval page and the audit as another name: that tool is rejected,
+    and its server's other tools stand."""
+    unseen = ["send\nmail", "query_\u202ecrm", "query\u200bcrm", "tab\tname", "odd\u2028line"]
+    shown = ["dotted.name-ok_1", 'quote"name']
+    spec = write_spec(tmp_path / "names.json", [entry(name) for name in unseen + shown])
+    calls = Calls(tmp_path / "names.jsonl")
+    with serve_http(spec, calls_log=calls.path) as url:
+        server = McpServer.objects.create(name="odd-names", transport="http", url=url)
+        report = discover(server)
+        assert (report.accepted, report.rejected) == (len(shown), len(unseen))
+        rejected = {m.name: m.rejection_reason for m in server.mcplets.filter(status="rejected")}
+        assert "holds the character U+202E" in rejected["query_\u202ecrm"]
+        for name in unseen:
+            assert "which no page or log shows as it is" in rejected[name]
+            with attempts.refused(repr(name), calls=calls, event_type="TOOL_BLOCKED"):
+                assert gateway.call_tool(world.planning, name, {}).status == "refused"
+        assert gateway.call_tool(world.planning, "dotted.name-ok_1", {}).status == "executed"
