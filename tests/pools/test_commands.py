@@ -205,12 +205,17 @@ def test_admin_discover_now(staff_client, spec):
 
 def test_add_mcp_server_behind_oauth(monkeypatch, tmp_path):
     from mcplets.examples.oauth_protected import serve
+    from passkey import links
 
+    monkeypatch.setattr(links, "_serving_pages", False)  # a command, in another shell
+    monkeypatch.setattr(links, "running_host", lambda: {"origin": "http://localhost:8171"})
     with serve(clients={"mcplet-host": "cs-1"}) as base:
         out, _ = run("add_mcp_server", "tracker", "--url", f"{base}/mcp", "--oauth")
         server = McpServer.objects.get(name="tracker")
         assert server.auth == McpServer.Auth.OAUTH
-        assert f"/admin/pools/mcpserver/{server.pk}/oauth/connect/" in out
+        # the running host's (`runhost --port 8171`), not the settings' default origin
+        link = f"http://localhost:8171/admin/pools/mcpserver/{server.pk}/oauth/connect/"
+        assert link in out
 
         with pytest.raises(CommandError, match="put the client secret in"):
             run("add_mcp_server", "m2m", "--url", f"{base}/mcp", "--client-credentials", "x")

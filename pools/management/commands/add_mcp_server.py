@@ -1,7 +1,6 @@
 import os
 import shlex
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.urls import reverse
@@ -90,9 +89,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 self.style.SUCCESS(f"Registered {name} ({server.transport}: {server.endpoint}).")
             )
+            from passkey import links  # the running host's origin, as call_tool's links
+
             self.stdout.write(
-                f"It is behind OAuth: connect it in admin, {settings.PASSKEY_ORIGIN.rstrip('/')}"
-                f"{where} (this also discovers its MCPlets)."
+                f"It is behind OAuth: connect it in admin, {links.origin()}{where} (this also "
+                "discovers its MCPlets)."
             )
             return
         self.stdout.write(
