@@ -28,10 +28,12 @@ def service(name):
 
 
 def compose_defaults(environment):
-    """The service's environment as compose gives it with nothing set by the user."""
+    """The service's environment as compose gives it with nothing set by the user (a key
+    without a value passes one through from the user's environment: here, none)."""
     return {
         key: INTERPOLATION.sub(lambda m: m.group(2) or "", str(value))
         for key, value in environment.items()
+        if value is not None
     }
 
 

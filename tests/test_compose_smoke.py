@@ -77,7 +77,8 @@ def test_compose_services_run_together(smoke_database, tmp_path):
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     port = free_port()
-    env = {k: interpolate(str(v), {}) for k, v in services["web"]["environment"].items()}
+    web = services["web"]["environment"].items()
+    env = {k: interpolate(str(v), {}) for k, v in web if v is not None}  # None: passed through
     env.update(
         os.environ,
         WEB_PORT=str(port),
