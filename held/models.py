@@ -91,6 +91,18 @@ class CeremonyQuerySet(models.QuerySet):
     def overdue(self):
         return self.pending().filter(expires_at__lte=timezone.now())
 
+    def held_again(self, ceremony):
+        """While it waits, the hold the server's answer to `ceremony`'s call, sent again,
+        opened: another step, or a form."""
+        same_call = {f: getattr(ceremony, f) for f in ("agent_id", "trace_id", "tool_name")}
+        return (
+            self.pending()
+            .filter(**same_call, arguments_hash=ceremony.arguments_hash)
+            .filter(created_at__gt=ceremony.created_at)
+            .order_by("-created_at")
+            .first()
+        )
+
     def stranded(self, since):
         """Calls decided before `since` that the gateway has not taken up (their task was
         lost): approved and not running, or declined without their error."""

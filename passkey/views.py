@@ -336,9 +336,11 @@ def _step_up(request, ceremony):
             shown["elsewhere"] = step.get("domain") != server_domain
             shown["confirmed"] = confirmed == str(index)
         steps.append(shown)
+    state = _state(ceremony)
     context = {
         "ceremony": ceremony,
-        "state": _state(ceremony),
+        "state": state,
+        "held_again": None if state == "pending" else Ceremony.objects.held_again(ceremony),
         "steps": steps,
         "server_domain": server_domain,
         "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),

@@ -9,6 +9,7 @@ import time
 import anyio
 import httpx
 import pytest
+from django.test import Client
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
@@ -154,6 +155,12 @@ def test_finished_too_early_starts_a_new_step_for_the_same_waiter(agent, calls, 
     assert len(requests_for(calls, "req-early")) == 2
     completed = AuditEvent.objects.get(event_type="mcplet.stepup.completed")
     assert (completed.actor_id, completed.details["via"]) == (admin_user.username, "person")
+    # The first step's page leads on to the new one.
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(held.get_absolute_url()).content.decode()
+    assert "its server asks for another step" in page
+    assert f'id="held-again" href="{newest.get_absolute_url()}"' in page
 
 
 @pytest.mark.django_db(transaction=True)
