@@ -179,9 +179,10 @@ def traceparent():
 
 
 def trace_id(parent):
-    """The trace id a traceparent names, or ""."""
+    """The trace id a traceparent names, or "" — also when it is not sampled (a partner's
+    flag can say so): no span of it is recorded, so there is no trace to link to."""
     found = _TRACEPARENT.match(parent or "")
-    return found.group(1) if found else ""
+    return found.group(1) if found and int(parent[-2:], 16) & 1 else ""
 
 
 def _span_context(parent):

@@ -135,6 +135,8 @@ def test_meta_traceparent_is_the_current_span(traced):
         parent = trace_context("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")["traceparent"]
     assert parent == traceparent_of(context)
     assert tracing.trace_id(parent) == f"{context.trace_id:032x}"
+    unsampled = f"00-{context.trace_id:032x}-{context.span_id:016x}-00"  # a partner's flag
+    assert tracing.trace_id(unsampled) == ""  # nothing of it is recorded: no trace to link
 
 
 def test_off_meta_traceparent_keeps_the_workflow_trace():
