@@ -210,14 +210,18 @@ class McpServerAdmin(admin.ModelAdmin):
             "<li>{} ({} tool{})</li>",
             ((r, n, "s" if n > 1 else "") for r, n in obj.rejection_reasons()),
         )
-        return format_html(
-            "Every tool it lists was rejected ({}), so none is routable:<ul>{}</ul>A plain MCP "
-            "server declares no MCPlet metadata: put the MCPlet adapter in front of it "
-            "(<code>python -m mcplets.adapt --suggest -- COMMAND</code> drafts its "
-            'configuration); see <a href="{}">Writing an MCPlet</a>, "Connecting an MCP server '
-            'that is not an MCPlet".',
+        rejected = format_html(
+            "Every tool it lists was rejected ({}), so none is routable:<ul>{}</ul>",
             obj.rejected_count,
             reasons,
+        )
+        if not obj.plain:
+            return rejected
+        return rejected + format_html(
+            "A plain MCP server declares no MCPlet metadata: put the MCPlet adapter in front of "
+            "it (<code>python -m mcplets.adapt --suggest -- COMMAND</code> drafts its "
+            'configuration); see <a href="{}">Writing an MCPlet</a>, "Connecting an MCP server '
+            'that is not an MCPlet".',
             reverse("dashboard:writing-an-mcplet"),
         )
 

@@ -163,7 +163,7 @@ def classify(tool, pools):
 
     mcplet_type = meta.get("mcpletType")
     if mcplet_type is None:
-        reasons.append("it declares no _meta.mcpletType (§5.3.1: a tool without one is rejected)")
+        reasons.append(f"{Mcplet.UNTYPED} (§5.3.1: a tool without one is rejected)")
     elif mcplet_type not in MCPLET_TYPES:
         reasons.append(
             f"mcpletType {mcplet_type!r} is not one of read, prepare, action (§4, §5.3.1)"

@@ -341,6 +341,13 @@ class McpServer(models.Model):
         )
 
     @property
+    def plain(self):
+        """Some of its tools declare no MCPlet metadata: a plain MCP server, which the MCPlet
+        adapter makes an MCPlet server (other rejections call for other advice)."""
+        rejected = self.mcplets.filter(status=Mcplet.Status.REJECTED)
+        return rejected.filter(rejection_reason__contains=Mcplet.UNTYPED).exists()
+
+    @property
     def state(self):
         """What lists show (and colour by): the lifecycle status, or `warning`."""
         return self.WARNING if self.all_rejected else self.status
@@ -382,6 +389,9 @@ class Mcplet(models.Model):
         ACCEPTED = "accepted"
         REJECTED = "rejected"
         EVICTED = "evicted"
+
+    # The rejection of a plain MCP server's tool (pools.discovery): no `_meta.mcpletType`.
+    UNTYPED = "it declares no _meta.mcpletType"
 
     class Enforcement(models.TextChoices):
         STRICT = "strict"

@@ -10,7 +10,7 @@ from tests.pools.conftest import tool
 
 pytestmark = pytest.mark.django_db
 
-NO_TYPE = "it declares no _meta.mcpletType"
+NO_TYPE = Mcplet.UNTYPED
 
 
 def test_a_plain_mcp_server_is_a_warning_with_its_reasons():
@@ -49,6 +49,20 @@ def test_the_admin_shows_the_warning_and_links_the_guide(staff_client):
     assert guide.status_code == 200
     assert "<h3>When the host rejects a tool</h3>" in guide.content.decode()
     assert "<h3>Connecting an MCP server that is not an MCPlet</h3>" in guide.content.decode()
+
+
+def test_tools_rejected_for_another_reason_get_no_adapter_advice(spec, staff_client):
+    """A server whose every tool is rejected for the names another server serves, say, is no
+    plain MCP server: the adapter would not help."""
+    broken = spec([tool("bad", "write")]).stdio()
+    discover(broken)
+    assert broken.all_rejected and not broken.plain
+    listing = staff_client.get("/admin/pools/mcpserver/").content.decode()
+    assert "Every tool it lists was rejected (1)" in listing
+    assert "mcplets.adapt" not in listing
+    dashboard = staff_client.get("/dashboard/mcplets/").content.decode()
+    assert "all 1 tool rejected" in dashboard and "mcplets.adapt" not in dashboard
+    assert plain_server.discovered().plain
 
 
 def test_the_admin_form_refuses_a_stdio_command_that_is_not_installed(staff_client):

@@ -111,9 +111,8 @@ class Command(BaseCommand):
         try:
             return probe(ServerConfig.of(server), timeout=timeout)
         except ServerUnreachable as exc:
-            raise CommandError(
-                f"{exc}\nNothing was registered: it does not answer MCP. {NOT_UP_YET}"
-            ) from None
+            # (Its authorization server may be what failed: the error says which.)
+            raise CommandError(f"{exc}\nNothing was registered. {NOT_UP_YET}") from None
 
 
 def _auth(options):
