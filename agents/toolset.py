@@ -35,13 +35,23 @@ DISCOVER_INPUT = {
             "description": "Natural language description of needed capability",
         },
         "strategy": {"type": "string", "enum": list(search.STRATEGIES), "default": "keyword"},
-        "max_results": {"type": "number", "default": 5, "minimum": 1, "maximum": 1000},
+        "max_results": {
+            "type": "number",
+            "default": 5,
+            "minimum": 1,
+            "maximum": MAX_RESULTS,
+            "description": f"at most {MAX_RESULTS}",
+        },
         "filter": {
             "type": "object",
             "properties": {
                 "categories": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
                 "risk_level_max": {"type": "string", "enum": RISK_LEVELS},
-                "status": {"type": "string", "enum": ["connected", "all"]},
+                "status": {
+                    "type": "string",
+                    "enum": ["connected", "all"],
+                    "description": "either way, only the tools this agent may call now",
+                },
             },
         },
     },
