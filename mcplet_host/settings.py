@@ -314,6 +314,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"exception_named": {"()": "mcplet_host.logs.ExceptionNamed"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
@@ -321,6 +322,7 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},  # the MCP SDK's client: a line per request otherwise
         "mcplets.restaurant.backend": {"level": "WARNING"},
+        "mcp.client.auth.oauth2": {"filters": ["exception_named"]},  # no token in the log
     },
 }
 
