@@ -433,7 +433,11 @@ def _oauth_refusal(exc):
     from mcp.client.auth import OAuthFlowError
 
     exc = first_leaf(exc)
-    return str(exc)[:500] if isinstance(exc, OAuthFlowError) else None
+    if not isinstance(exc, OAuthFlowError):
+        return None
+    # Its first line: a malformed token response's pydantic error goes on for lines (and may
+    # quote the token).
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 def command_problem(command):

@@ -165,3 +165,19 @@ def test_a_401_tells_the_operator_what_to_do_for_the_servers_authentication(auth
     refused = httpx2.Response(401, headers={"WWW-Authenticate": challenge})
     config = ServerConfig(id=1, name="tracker", transport="http", url=url, auth=auth)
     assert told in _http_problem(config, [refused], RuntimeError("closed"))
+
+
+def test_an_authorization_servers_malformed_answer_is_told_in_one_line():
+    """The SDK's error for a token response it cannot read is pydantic's, over many lines, and
+    quotes the response (a token in it): the host tells its first line."""
+    from mcp.client.auth import OAuthTokenError
+
+    from pools.mcp_client import _oauth_refusal
+
+    said = "Invalid token response: 1 validation error for OAuthToken\nexpires_in\n  Input "
+    said += "should be a valid integer [input_value='LEAKME…', input_type=str]\n    For further"
+    assert (
+        _oauth_refusal(OAuthTokenError(said))
+        == "Invalid token response: 1 validation error for OAuthToken"
+    )
+    assert _oauth_refusal(RuntimeError(said)) is None
