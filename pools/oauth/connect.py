@@ -91,8 +91,15 @@ def _run(flow_id, server_id, operator, redirect_uri, client_metadata_url):
         server = McpServer.objects.get(pk=server_id)
         grant = OAuthGrant.objects.filter(server=server).first()
         wanted = " ".join([server.oauth_scope, grant.asked_scopes if grant else ""]).strip()
+        registration = _registration(server, redirect_uri, grant, wanted)
         provider = anyio.run(
-            _authorize, flow_id, server, redirect_uri, client_metadata_url, wanted or None
+            _authorize,
+            flow_id,
+            server,
+            redirect_uri,
+            client_metadata_url,
+            wanted or None,
+            registration,
         )
         grant = _keep(server, provider.context, operator)
         message = f"Connected {server.name}: tokens issued by {grant.issuer}"
@@ -107,7 +114,7 @@ def _run(flow_id, server_id, operator, redirect_uri, client_metadata_url):
         connections.close_all()
 
 
-async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted):
+async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted, registration):
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
     async def redirect(url):
@@ -141,7 +148,7 @@ async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted)
     provider = _provider_class()(
         server.url,
         metadata,
-        _registration(server, redirect_uri),
+        registration,
         redirect_handler=redirect,
         callback_handler=callback,
         client_metadata_url=client_metadata_url,
@@ -171,13 +178,19 @@ def _provider_class():
     return Provider
 
 
-def _registration(server, redirect_uri):
+def _registration(server, redirect_uri, grant, wanted):
     """The SDK's token storage during one flow: the operator's own client ID (and secret) when
-    given, else what CIMD or registration makes; the tokens are stored by `_keep` once the
-    session opened with them, so a failed connect leaves a working grant as it was."""
+    given, else the client registered for the grant before (for this redirect URI and every
+    scope wanted), else what CIMD or registration makes; the tokens are stored by `_keep` once
+    the session opened with them, so a failed connect leaves a working grant as it was."""
     from mcp.shared.auth import OAuthClientInformationFull
 
     if not server.oauth_client_id:
+        kept = (grant.secret or {}).get("client") if grant is not None else None
+        if kept and redirect_uri in kept.get("redirect_uris", ()):
+            registered = set((kept.get("scope") or "").split())
+            if not registered or set((wanted or "").split()) <= registered:
+                return MemoryTokenStorage(OAuthClientInformationFull.model_validate(kept))
         return MemoryTokenStorage()
     return MemoryTokenStorage(
         OAuthClientInformationFull(

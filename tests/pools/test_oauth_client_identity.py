@@ -59,11 +59,14 @@ def test_an_https_host_is_known_by_its_document_and_not_registered(settings, tmp
     assert calls("whoami")[0]["subject"] == grant.client_id
 
 
-def test_an_http_host_registers_itself(tmp_path):
+def test_an_http_host_registers_itself_once(tmp_path):
     with serve() as base:
         server = register(base)
         assert connect_server(server)["ok"]
+        first = OAuthGrant.objects.get(server=server).client_id
+        assert connect_server(server)["ok"]  # Reconnect…: the client registered is kept
     grant = OAuthGrant.objects.get(server=server)
+    assert grant.client_id == first
     client = grant.secret["client"]
     assert client["client_id"] == grant.client_id and client["client_secret"]
     assert client["client_name"] == "MCPlet Host"
