@@ -206,3 +206,6 @@ def test_a_server_of_many_tools_is_shown_and_saved(staff_client, server):
     assert staff_client.post(url, form(url="http://localhost:9002/mcp")).status_code == 302
     server.refresh_from_db()
     assert server.url == "http://localhost:9002/mcp"
+    confirm = staff_client.get(f"/admin/pools/mcpserver/{server.pk}/delete/").content.decode()
+    assert confirm.count("<li>MCPlet: ") == 50 and "… and 1150 more" in confirm
+    assert "<li>MCPlets: 1200</li>" in confirm  # the summary counts them all
