@@ -49,6 +49,10 @@ def test_the_pages_explain_and_never_show_a_token(staff_client, server, settings
     page = staff_client.get(connect).content.decode()
     assert "http://localhost:8000/oauth/callback" in page
     assert "a client registration it makes" in page  # an http origin: no CIMD
+    assert "asked-scopes" not in page
+    OAuthGrant.objects.filter(server=server).update(asked_scopes="<b>admin</b> write")
+    page = staff_client.get(connect).content.decode()
+    assert "It also asks for <code>&lt;b&gt;admin&lt;/b&gt; write</code>" in page
     assert "Yes, disconnect" in staff_client.get(disconnect).content.decode()
     change = staff_client.get(f"/admin/pools/mcpserver/{server.pk}/change/").content.decode()
     assert "Reconnect…" in change and "Disconnect" in change
