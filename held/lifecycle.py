@@ -16,8 +16,8 @@ from held.kinds import step_up
 from held.models import Ceremony, arguments_hash
 from mcplet_host import audit, tracing
 from mcplet_host.gateway.checks import Refusal, agents, check
-from mcplet_host.gateway.envelopes import error_envelope, failure
-from mcplet_host.gateway.execute import OUTCOME_UNKNOWN, Answer, execute
+from mcplet_host.gateway.envelopes import OUTCOME_UNKNOWN, error_envelope, failure
+from mcplet_host.gateway.execute import Answer, execute
 from mcplets import ErrorCode
 
 

@@ -79,15 +79,20 @@ PWMA_ERRORS = {
     -32044: ("X_PWMA_VAULT_LOCKED", "the wallet's vault is locked", True, "security"),
 }
 # The host's own codes a tools/call's envelope may carry, besides §9.1's (docs/metrics.md).
+OUTCOME_UNKNOWN = "X_OUTCOME_UNKNOWN"  # sent, and no answer: it may have run
+INVALID_RESULT = "X_INVALID_RESULT"  # it ran; its result breaks its schema
+RESULT_TOO_LARGE = "X_RESULT_TOO_LARGE"  # it ran; its result is past MCPLET_MAX_RESULT
+INPUT_REQUIRED = "X_INPUT_REQUIRED"  # a person's step or answer first (held)
+INPUT_UNSUPPORTED = "X_INPUT_UNSUPPORTED"  # asked for what no person here can give
 HOST_CODES = frozenset(
     {
-        "X_OUTCOME_UNKNOWN",
+        OUTCOME_UNKNOWN,
+        INVALID_RESULT,
+        RESULT_TOO_LARGE,
+        INPUT_REQUIRED,
+        INPUT_UNSUPPORTED,
         "X_ACCESS_DENIED",
         "X_DOMAIN_NOT_ALLOWED",
-        "X_INVALID_RESULT",
-        "X_RESULT_TOO_LARGE",
-        "X_INPUT_REQUIRED",
-        "X_INPUT_UNSUPPORTED",
         *(code for code, *_ in PWMA_ERRORS.values()),
     }
 )
@@ -156,7 +161,7 @@ def envelope_of(mcplet, result):
             f"The result is {size} characters, over this host's limit of "
             f"{settings.MCPLET_MAX_RESULT} (MGP §16.1): the tool ran; ask it for less."
         )
-        return error_envelope("X_RESULT_TOO_LARGE", message, mcplet.name, mcplet)
+        return error_envelope(RESULT_TOO_LARGE, message, mcplet.name, mcplet)
     is_envelope, body = _payload(result)
     if result.is_error or (is_envelope and "error" in body):
         err = body.get("error") if is_envelope and isinstance(body.get("error"), dict) else {}
@@ -171,11 +176,11 @@ def envelope_of(mcplet, result):
             problem = jsonschemas.first_error(mcplet.result_schema, value)
         except jsonschemas.Unusable as exc:
             message = f"Its declared schema ({mcplet.result_schema_uri}) {exc} (§9.2)."
-            return error_envelope("X_INVALID_RESULT", message, mcplet.name, mcplet)
+            return error_envelope(INVALID_RESULT, message, mcplet.name, mcplet)
         if problem is not None:
             where = "/".join(str(p) for p in problem.absolute_path) or "(the result)"
             return error_envelope(
-                "X_INVALID_RESULT",
+                INVALID_RESULT,
                 f"The result breaks its declared schema ({mcplet.result_schema_uri}) at "
                 f"{where}: {problem.message} (§9.2).",
                 mcplet.name,

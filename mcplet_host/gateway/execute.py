@@ -16,6 +16,8 @@ from held.kinds.form import FormAsker
 from mcplet_host import audit, metrics, tracing
 from mcplet_host.gateway import rounds
 from mcplet_host.gateway.envelopes import (
+    INVALID_RESULT,
+    OUTCOME_UNKNOWN,
     envelope_of,
     error_envelope,
     failure,
@@ -27,8 +29,6 @@ from mcplets.envelope import RECOVERY_FIELDS
 from pools.mcp_client import InvalidResult, OutcomeUnknown, ServerConfig, ServerUnreachable
 from pools.models import Mcplet
 from pools.sessions import sessions
-
-OUTCOME_UNKNOWN = "X_OUTCOME_UNKNOWN"
 
 
 class Answer(NamedTuple):
@@ -153,7 +153,7 @@ def _call(mcplet, arguments, asker, meta, reply, trace):
         )
     except InvalidResult as exc:
         message = f"{exc} (its MCP outputSchema; the tool ran)"
-        envelope = error_envelope("X_INVALID_RESULT", message, mcplet.name, mcplet)
+        envelope = error_envelope(INVALID_RESULT, message, mcplet.name, mcplet)
     except ServerUnreachable as exc:
         where = mcplet.server.endpoint  # HTTP failures already name their URL
         envelope = error_envelope(

@@ -7,10 +7,14 @@ answer and says what the retry carries."""
 from dataclasses import dataclass, field
 
 from mcplet_host import storable
-from mcplet_host.gateway.envelopes import MAX_ELICITATIONS, error_envelope, url_step
+from mcplet_host.gateway.envelopes import (
+    INPUT_REQUIRED,
+    INPUT_UNSUPPORTED,
+    MAX_ELICITATIONS,
+    error_envelope,
+    url_step,
+)
 
-INPUT_REQUIRED = "X_INPUT_REQUIRED"  # a person's step or answer first (held)
-INPUT_UNSUPPORTED = "X_INPUT_UNSUPPORTED"  # asked for what no person here can give
 MAX_MESSAGE = 2000
 MAX_KEY = 200
 

@@ -285,3 +285,13 @@ def test_approval_pages_open_in_a_tab_of_their_own(staff_client, registry):
         # The rows that arrive live are cloned from this template.
         template = page.split('<template id="tpl-approval">')[1].split("</template>")[0]
         assert '<a data-href="url" target="_blank" rel="noopener">approval page</a>' in template
+
+
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [("%00", 400), ("a%00b", 400), ("%ED%A0%80", 200), ("%5C%5C", 200), ("x" * 5000, 200)],
+)
+def test_the_tools_name_filter_takes_hostile_text(staff_client, name, status):
+    """NUL is refused before any view; a lone surrogate's bytes, backslashes and 5,000
+    characters are searched for (cut to 200), never a 500."""
+    assert staff_client.get(f"/dashboard/mcplets/?name={name}").status_code == status

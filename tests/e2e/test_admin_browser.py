@@ -416,3 +416,28 @@ def test_an_operator_creates_a_partner_and_its_key(page, live_server, admin_user
     expect(page.locator(".messagelist .success")).to_contain_text("1 partner key revoked.")
     assert page.request.get(f"{base}/a2a/agents", headers=bearer).status == 401
     assert page.problems == []
+
+
+def test_a_server_of_many_tools_is_shown_and_deleted_in_pages_of_a_size(
+    page, live_server, admin_user
+):
+    """Its change page lists its first 50 MCPlets and links to them all; its delete page
+    lists the first 50 of what it takes with it and counts the rest."""
+    from pools.models import Mcplet, McpServer
+
+    server = McpServer.objects.create(name="big", transport="http", url="http://big.example/mcp")
+    Mcplet.objects.bulk_create(
+        Mcplet(server=server, name=f"tool_{i:03}", status="accepted") for i in range(120)
+    )
+    base = live_server.url
+    use_session(page, base, admin_user)
+    open_page(page, f"{base}/admin/pools/mcpserver/{server.pk}/change/")
+    listed = page.locator("table.mcplets-listed tbody tr")
+    expect(listed).to_have_count(50)
+    page.get_by_role("link", name="All 120 MCPlets of this server (the first 50 are above)").click()
+    expect(page.locator("#result_list tbody tr")).to_have_count(100)  # the changelist's page
+    open_page(page, f"{base}/admin/pools/mcpserver/{server.pk}/delete/")
+    expect(page.locator("#content")).to_contain_text("… and 70 more")
+    page.click("input[type=submit]")
+    expect(page.locator(".messagelist .success")).to_contain_text("deleted successfully")
+    assert not Mcplet.objects.exists() and page.problems == []

@@ -148,3 +148,22 @@ def test_the_qr_code_fills_a_phone_and_one_too_long_for_a_qr_code_is_shown_to_co
         page.click("#cancel")
         expect(page.locator("#status")).to_contain_text("Cancelled")
         assert page.problems == []
+
+
+def test_finished_too_early_leads_on_to_the_new_step(page, host, approver, script):
+    """Saying "I have finished" before the holder has: the call sent again meets another step,
+    and the first step's page leads on to the new one's."""
+    with serve() as wallet:
+        then = {"expect": {"tool_results_contain": ["X_APPROVAL_REJECTED"]}, "text": "no mandate"}
+        run, held = start_run(script, wallet, "req-early", then)
+        use_session(page, host, approver)
+        page.goto(host + held.get_absolute_url())
+        page.click("#finished")
+        link = page.locator("#held-again")
+        expect(page.locator("#status")).to_contain_text("its server asks for another step")
+        newer = Ceremony.objects.filter(kind=Ceremony.Kind.STEP_UP).exclude(pk=held.pk).get()
+        expect(link).to_have_attribute("href", newer.get_absolute_url())
+        link.click()
+        expect(page.locator("#finished")).to_be_visible()  # the new step, waiting
+        assert page.url == host + newer.get_absolute_url()
+        assert page.problems == []
