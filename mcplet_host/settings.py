@@ -254,6 +254,10 @@ MCPLET_TOOL_TIMEOUT = env_int("MCPLET_TOOL_TIMEOUT", 30, minimum=1)
 # The largest tool result (characters of its content) that goes on to an agent, its transcript
 # and its model (MGP §16.1: payload size limits); a larger one is X_RESULT_TOO_LARGE.
 MCPLET_MAX_RESULT = env_int("MCPLET_MAX_RESULT", 1024 * 1024, minimum=1024)
+# The most the host reads of one message from an MCP server over HTTP (a JSON body, an SSE
+# event): a result of MCPLET_MAX_RESULT characters travels twice (structured and as text),
+# escaped, so keep this well above it (pools/bounded.py).
+MCPLET_MAX_MESSAGE_BYTES = env_int("MCPLET_MAX_MESSAGE_BYTES", 16 * 1024 * 1024, minimum=65536)
 # A read or prepare its server marks retryable (MGP §14.6) is tried again at most this many
 # times, and only when the wait it asks for is at most this long (the worker sleeps through it).
 MCPLET_TOOL_RETRIES = env_int("MCPLET_TOOL_RETRIES", 2, minimum=0)
@@ -323,6 +327,8 @@ LOGGING = {
         "httpx2": {"level": "WARNING"},  # the MCP SDK's client: a line per request otherwise
         "mcplets.restaurant.backend": {"level": "WARNING"},
         "mcp.client.auth.oauth2": {"filters": ["exception_named"]},  # no token in the log
+        # A server's unparsable answer: pydantic's error quotes it (the host says what failed).
+        "mcp.client.streamable_http": {"filters": ["exception_named"]},
     },
 }
 

@@ -101,6 +101,11 @@ class InvalidResult(Exception):
         return isinstance(exc, RuntimeError) and any(w in str(exc) for w in cls.SDK_WORDS)
 
 
+class ResultTooLarge(Exception):
+    """The server answered past what the host reads of a message (pools/bounded.py): the tool
+    ran, and its answer was not read."""
+
+
 def first_leaf(exc):
     """The first real exception inside (nested) exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -283,6 +288,8 @@ async def open_session(
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
+    from pools import bounded
+
     opened, log, responses = False, None, []
     try:
         async with AsyncExitStack() as stack:
@@ -300,14 +307,20 @@ async def open_session(
             else:
                 client = httpx2.AsyncClient(
                     auth=auth or http_auth(config),
-                    headers=dict(config.headers),
+                    headers={**dict(config.headers), **bounded.ACCEPT},
                     timeout=httpx2.Timeout(timeout, read=max(timeout, 300.0)),
                     verify=_ssl_context(),
                     # The SDK turns an HTTP error into a vague JSON-RPC one: keep the status.
-                    event_hooks={"response": [_keep_last(responses, answered)]},
+                    event_hooks={
+                        "response": [_keep_last(responses, answered), bounded.hold_to_limit]
+                    },
                 )
                 await stack.enter_async_context(client)
-                transport = streamable_http_client(config.url, http_client=client)
+                transport = streamable_http_client(
+                    config.url,
+                    http_client=client,
+                    max_sse_event_size=settings.MCPLET_MAX_MESSAGE_BYTES,
+                )
             session = await stack.enter_async_context(
                 Client(
                     transport,

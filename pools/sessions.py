@@ -19,6 +19,7 @@ from mcplet_host.celery import enqueue
 from pools.mcp_client import (
     InvalidResult,
     OutcomeUnknown,
+    ResultTooLarge,
     ServerUnreachable,
     describe,
     open_session,
@@ -77,6 +78,18 @@ async def _unless_refused(config, started):
     unreachable, rather than as outcome-unknown or the SDK's "Server returned an error"."""
     if config.auth == "oauth" and (reason := await tokens.refused_since(config.id, started)):
         raise tokens.NotConnected(reason)
+
+
+def _unread(config, message):
+    """What an answer the host would not read (pools/bounded.py) means for the call, or
+    None: the SDK reports it as a parse error quoting why."""
+    from pools import bounded
+
+    if text := bounded.TooLarge.said(message):
+        return ResultTooLarge(f"{config.name}: {text}")
+    if text := bounded.Encoded.said(message):
+        return InvalidResult(f"{config.name}: {text}")
+    return None
 
 
 class SessionLost(ServerUnreachable):
@@ -281,7 +294,7 @@ class SessionPool:
 
     async def _call_once(self, config, name, arguments, meta, timeout, asker, reply):
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, PARSE_ERROR, REQUEST_TIMEOUT
 
         held, client = await self._session(config, timeout)
         started = timezone.now()
@@ -318,17 +331,20 @@ class SessionPool:
             if held.lost and exc.code == INVALID_REQUEST:  # its answer was the 404
                 await self._drop(config)
                 raise SessionLost(f"{config.name}: it no longer knows the host's session") from None
+            if exc.code == PARSE_ERROR and (unread := _unread(config, exc.message)):
+                raise unread from None  # an answer: the session is fine
             if exc.code != CONNECTION_CLOSED:
                 await _unless_refused(config, started)
                 raise  # the server answered with a JSON-RPC error: the session is fine
             await self._drop(config)
             await _unless_refused(config, started)
+            said = "" if exc.message == "Connection closed" else f": {exc.message}"
             raise OutcomeUnknown(
-                f"{config.name}: the connection closed (the outcome is unknown)"
+                f"{config.name}: the connection closed{said} (the outcome is unknown)"
             ) from exc
         except Exception as exc:
             if InvalidResult.said(exc):  # an answer: the session is fine
-                raise InvalidResult(f"{config.name}: {exc}") from exc
+                raise InvalidResult(f"{config.name}: {exc} (its MCP outputSchema)") from exc
             await self._drop(config)
             await _unless_refused(config, started)
             raise OutcomeUnknown(

@@ -18,6 +18,7 @@ from mcplet_host.gateway import rounds
 from mcplet_host.gateway.envelopes import (
     INVALID_RESULT,
     OUTCOME_UNKNOWN,
+    RESULT_TOO_LARGE,
     envelope_of,
     error_envelope,
     failure,
@@ -26,7 +27,13 @@ from mcplet_host.gateway.envelopes import (
 )
 from mcplets import ErrorCode
 from mcplets.envelope import RECOVERY_FIELDS
-from pools.mcp_client import InvalidResult, OutcomeUnknown, ServerConfig, ServerUnreachable
+from pools.mcp_client import (
+    InvalidResult,
+    OutcomeUnknown,
+    ResultTooLarge,
+    ServerConfig,
+    ServerUnreachable,
+)
 from pools.models import Mcplet
 from pools.sessions import sessions
 
@@ -152,8 +159,10 @@ def _call(mcplet, arguments, asker, meta, reply, trace):
             retryable=not held and mcplet.mcplet_type == Mcplet.Type.READ,
         )
     except InvalidResult as exc:
-        message = f"{exc} (its MCP outputSchema; the tool ran)"
-        envelope = error_envelope(INVALID_RESULT, message, mcplet.name, mcplet)
+        envelope = error_envelope(INVALID_RESULT, f"{exc}: the tool ran", mcplet.name, mcplet)
+    except ResultTooLarge as exc:
+        message = f"{exc}: the tool ran; ask it for less"
+        envelope = error_envelope(RESULT_TOO_LARGE, message, mcplet.name, mcplet)
     except ServerUnreachable as exc:
         where = mcplet.server.endpoint  # HTTP failures already name their URL
         envelope = error_envelope(
