@@ -21,6 +21,8 @@ NEXT_STEPS = {
     "X_DOMAIN_NOT_ALLOWED": "Add the domain to the pool's allowlist if it should be reachable.",
     "VALIDATION_ERROR": "The arguments break the tool's input schema: see the message.",
     "X_INVALID_RESULT": "The MCP server's result breaks its declared schema: fix the MCPlet.",
+    "X_RESULT_TOO_LARGE": "It ran, and its result was past MCPLET_MAX_RESULT or "
+    "MCPLET_MAX_MESSAGE_BYTES: ask the tool for less, or raise the limit.",
     "UNKNOWN_ERROR": "See the MCP server's own log for the cause.",
     "X_LLM_ERROR": "Check the agent's model and its provider's API key (admin → Agents).",
     "X_STEP_LIMIT": "Raise the agent's max steps (admin → Agents), or narrow its task.",
