@@ -29,6 +29,10 @@ FLOW_SECONDS = 600  # an operator has this long to approve at the authorization 
 CLIENT_NAME = "MCPlet Host"
 
 
+class ScopesRefused(ServerUnreachable):
+    """The authorization server refused the scopes asked for (`invalid_scope`)."""
+
+
 def _key(flow_id):
     return f"oauth-flow:{flow_id}"
 
@@ -87,6 +91,7 @@ def _run(flow_id, server_id, operator, redirect_uri, client_metadata_url):
     from pools.discovery import discover
     from pools.models import McpServer
 
+    grant = None
     try:
         server = McpServer.objects.get(pk=server_id)
         grant = OAuthGrant.objects.filter(server=server).first()
@@ -109,7 +114,14 @@ def _run(flow_id, server_id, operator, redirect_uri, client_metadata_url):
             message += f", but discovery failed: {exc}"
         _update(flow_id, outcome={"ok": True, "message": message})
     except Exception as exc:  # the operator reads why on the page; nothing was stored
-        _update(flow_id, outcome={"ok": False, "message": f"Not connected: {describe(exc)}"})
+        message = f"Not connected: {describe(exc)}"
+        refused = isinstance(exc, ScopesRefused) and grant is not None
+        if refused and (dropped := grant.drop_asked(operator)):
+            message += (
+                f". The scopes the server asked for since ({dropped}) are dropped: "
+                "Reconnect… asks for the configured ones alone"
+            )
+        _update(flow_id, outcome={"ok": False, "message": message})
     finally:
         connections.close_all()
 
@@ -127,9 +139,10 @@ async def _authorize(flow_id, server, redirect_uri, client_metadata_url, wanted,
         while time.monotonic() < deadline:
             response = (flow(flow_id) or {}).get("response")
             if response:
-                if response["error"]:
-                    raise ServerUnreachable(
-                        f"the authorization server answered: {response['error']}"
+                if error := response["error"]:
+                    refused = ScopesRefused if error.startswith("invalid_scope") else None
+                    raise (refused or ServerUnreachable)(
+                        f"the authorization server answered: {error}"
                     )
                 return AuthorizationCodeResult(
                     code=response["code"], state=response["state"], iss=response["iss"]

@@ -120,6 +120,20 @@ class OAuthGrant(models.Model):
         if new:
             self.record("server.oauth.insufficient_scope", audit.FAILURE, asked=scopes)
 
+    def drop_asked(self, operator):
+        """The authorization server refused the scopes a connect asked for (invalid_scope):
+        those the server asked for since are dropped, so that the next connect asks for the
+        configured ones alone (else every Reconnect… failed the same way). What was dropped."""
+        dropped, self.asked_scopes, self.asked_at = self.asked_scopes, "", None
+        if dropped:
+            self.problem = (
+                f"the authorization server refused the scopes {dropped} the server asked for "
+                "(invalid_scope)"
+            )
+            self.save(update_fields=["asked_scopes", "asked_at", "problem"])
+            self.record("server.oauth.scopes_refused", audit.FAILURE, operator, dropped=dropped)
+        return dropped
+
     def record(self, event_type, result=audit.SUCCESS, actor_id="", **details):
         audit.record(
             event_type,
