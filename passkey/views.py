@@ -25,7 +25,7 @@ from passkey import approvals, assertions, links, loopback
 from passkey.assertions import Refused
 from passkey.forms import ElicitationForm
 from passkey.models import BackendToken, PasskeyCredential, audit_refusal
-from pools.models import read_url
+from pools.models import site_of
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ def _step_up(request, ceremony):
     person confirms (never a redirect, never embedded), a QR code drawn from the opaque payload
     on the server (an inline SVG: the CSP stays as strict)."""
     server = ceremony.mcplet.server if ceremony.mcplet else None
-    server_domain = (read_url(server.url) or ("", ""))[0] if server and server.url else ""
+    server_domain = site_of(server.url) if server and server.url else ""
     confirmed = request.GET.get("open", "")
     steps = []
     for index, step in enumerate(ceremony.elicitations):

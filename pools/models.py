@@ -121,6 +121,17 @@ def read_url(text):
     return host, ""
 
 
+def site_of(url):
+    """Where a person reads that `url` leads: its host as `read_url` reads it, with its port when
+    not its scheme's default (a wallet at 127.0.0.1:9000 is not the host at 127.0.0.1:8000);
+    "" for what is not a usable web URL."""
+    host, ambiguity = read_url(url) or ("", "not a web URL")
+    if not host or ambiguity:
+        return ""
+    port = ada_url.URL(url).port  # "" for the scheme's default
+    return f"{host}:{port}" if port else host
+
+
 def _urls_in(value):
     """(url, host, ambiguity) for every URL string anywhere in `value`."""
     if isinstance(value, str):

@@ -9,7 +9,7 @@ from django.conf import settings
 from mcplet_host import jsonschemas, storable
 from mcplet_host.gateway.checks import SURFACES
 from mcplets import ErrorCode, error, ok, recovery_hints
-from pools.models import read_url
+from pools.models import site_of
 
 
 def _visibility(mcplet):
@@ -144,11 +144,11 @@ def url_step(item):
         except ValidationError:
             return None
         # Read as the person's browser will read it; an ambiguous URL is not shown at all.
-        host, ambiguity = read_url(params.url) or ("", "not a web URL")
-        if not host or ambiguity or urlsplit(params.url).scheme not in ("http", "https"):
+        site = site_of(params.url)
+        if not site or urlsplit(params.url).scheme not in ("http", "https"):
             return None
         step = params.model_dump(by_alias=True, exclude_none=True, include=URL_STEP)
-        step["domain"] = host
+        step["domain"] = site
     if all(isinstance(v, str) and len(v) <= MAX_ELICITATION_CHARS for v in step.values()):
         return step
     return None

@@ -110,7 +110,7 @@ def test_a_step_up_is_held_and_the_wallets_notification_sends_the_same_call_agai
         "elicitationId": qr["elicitationId"],
         "message": "Approve a mandate for Shinjuku Bistro",
         "url": f"{wallet}/presence/{qr['elicitationId']}",
-        "domain": "127.0.0.1",
+        "domain": wallet.removeprefix("http://"),  # its host and port
     }
     assert len(requests_for(calls, "req-1")) == 1
 

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from held.models import Ceremony
+from mcplet_host.gateway.envelopes import url_step
 from tests.passkey.conftest import url
 
 pytestmark = pytest.mark.django_db
@@ -41,3 +42,31 @@ def test_a_payload_past_what_a_qr_code_holds_is_shown_to_copy(held, approver_cli
     assert "too long for a QR code" in page
     assert '<textarea id="qr-text-0" readonly' in page and payload in page
     assert 'id="cancel"' in page  # the person can still cancel it
+
+
+@pytest.mark.parametrize(
+    ("link", "site"),
+    [
+        ("https://pay.example/confirm", "pay.example"),
+        ("https://pay.example:443/confirm", "pay.example"),
+        ("http://127.0.0.1:9000/confirm", "127.0.0.1:9000"),
+        ("https://[::1]:8443/confirm", "[::1]:8443"),
+    ],
+)
+def test_a_url_steps_site_names_its_port_unless_the_schemes_own(link, site):
+    step = url_step({"mode": "url", "message": "Confirm", "url": link, "elicitationId": "e"})
+    assert step["domain"] == site
+
+
+def test_a_wallet_on_another_port_of_the_servers_machine_is_elsewhere(held, approver_client):
+    held.mcplet.server.url = "http://127.0.0.1:8000/mcp"
+    held.mcplet.server.save()
+    steps = [
+        url_step({"mode": "url", "message": "Here", "url": f"{where}/x", "elicitationId": f"e{i}"})
+        for i, where in enumerate(("http://127.0.0.1:8000", "http://127.0.0.1:9000"))
+    ]
+    Ceremony.objects.filter(pk=held.pk).update(kind=Ceremony.Kind.STEP_UP, elicitations=steps)
+    page = approver_client.get(url(held)).content.decode()
+    assert '<p class="domain" id="domain-1">127.0.0.1:9000</p>' in page
+    assert 'id="elsewhere-0"' not in page
+    assert "not the server’s domain (127.0.0.1:8000)" in page
