@@ -131,13 +131,20 @@ def _run_approved(ceremony):
                 "approval",
             )
         # The registry or the grants may have changed while the call waited: check again.
+        agent = agents().filter(agent_id=ceremony.agent_id).first()
+        if agent is None:
+            message = f"The agent {ceremony.agent_id} is gone; nothing ran."
+            raise Refusal("X_ACCESS_DENIED", message, "agent")
         mcplet = check(
-            ceremony.tool_name,
-            ceremony.arguments,
-            agents().get(agent_id=ceremony.agent_id),
-            asker.authority,
-            ceremony.surface,
+            ceremony.tool_name, ceremony.arguments, agent, asker.authority, ceremony.surface
         )
+        if mcplet.pk != ceremony.mcplet_id:  # the name is now another server's tool
+            raise Refusal(
+                ErrorCode.NOT_FOUND,
+                f"The approved {ceremony.tool_name} of the server {ceremony.server_name} is gone "
+                f"(the name is now the server {mcplet.server.name}'s); nothing ran.",
+                "approval",
+            )
         if ceremony.enforcement == Ceremony.Enforcement.STRICT and assertion is None:
             raise Refusal(
                 ErrorCode.AUTH_REQUIRED,
