@@ -13,7 +13,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -115,8 +115,17 @@ class CeremonyQuerySet(models.QuerySet):
         )
 
     def abandoned(self, since):
-        """Calls sent before `since` and never settled: the worker running them died."""
-        return self.filter(status=Ceremony.Status.EXECUTING, executed_at__lt=since)
+        """Calls sent before `since` and never settled: the worker running them died. Not one
+        whose server asked a person for a form since it was sent that is open, or closed after
+        `since`: its worker waits for that person, and the call's clock starts again after."""
+        asked = self.filter(
+            kind=Ceremony.Kind.FORM,
+            **{f: OuterRef(f) for f in ("mcplet", "agent_id", "arguments_hash")},
+            created_at__gte=OuterRef("executed_at"),
+            expires_at__gte=since,
+        )
+        executing = self.filter(status=Ceremony.Status.EXECUTING, executed_at__lt=since)
+        return executing.exclude(Exists(asked))
 
 
 class Ceremony(models.Model):

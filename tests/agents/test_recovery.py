@@ -14,6 +14,7 @@ from a2a.models import A2AMessage
 from agents.models import AgentRun
 from agents.tasks import recover
 from held import lifecycle
+from held.kinds import tool_call
 from held.models import Ceremony
 from held.tasks import recover_calls
 from mcplet_host.celery import app
@@ -178,3 +179,39 @@ def test_a_run_whose_worker_died_is_advanced_again_after_its_lease(registry, scr
     run.refresh_from_db()
     assert run.status == AgentRun.Status.SUCCESS
     assert [r.status for r in responses(request)] == ["success"]
+
+
+def test_a_call_waiting_for_a_persons_form_is_not_abandoned(registry, script, calls, admin_user):
+    """The server asked a person for a form during the call (2025-11-25 elicitation/create):
+    its worker waits for that person, so the call is not abandoned while the form is open, nor
+    before the call's own clock, started again once the form closed, has run out."""
+    request, run = dispatching(registry, script)
+    ceremony = run.waiting_for
+    queued_not_run()
+    assert ceremony.approve(admin_user, assertion=ASSERTION)
+    lose_what_is_queued()
+    app.conf.task_always_eager = True
+    sent = timezone.now() - timedelta(seconds=settings.MCPLET_TOOL_TIMEOUT) - LONG_AGO
+    Ceremony.objects.filter(pk=ceremony.pk).update(
+        status=Ceremony.Status.EXECUTING, executed_at=sent
+    )
+    asker = ceremony.asker.nobody_waits()
+    form = tool_call.open_call(
+        Ceremony.Kind.FORM,
+        ceremony.mcplet,
+        ceremony.arguments,
+        asker,
+        expires_at=timezone.now() + timedelta(seconds=settings.MCPLET_ELICITATION_WAIT),
+    )
+    Ceremony.objects.filter(pk=form.pk).update(created_at=sent + timedelta(seconds=1))
+
+    recover_calls()  # the form is open: the worker waits for its person
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.EXECUTING
+
+    # The form closed long ago (expired unanswered), and the call's clock ran out since.
+    Ceremony.objects.filter(pk=form.pk).update(expires_at=sent + timedelta(seconds=2))
+    recover_calls()
+    ceremony.refresh_from_db()
+    assert ceremony.status == Ceremony.Status.OUTCOME_UNKNOWN
+    assert calls() == []
