@@ -12,7 +12,7 @@ from django.template import Context, Template
 from django.utils import timezone
 
 from a2a import bus
-from agents import llm
+from agents import llm, transcript
 from agents.models import Agent
 from mcplet_host import audit
 from mcplet_host.celery import enqueue
@@ -87,7 +87,7 @@ def _cycle(director):
     except llm.LLMError as exc:
         return Cycle("failed", f"the LLM failed after {exc.attempts} attempt(s): {exc}")
     try:
-        instruction = json.loads((reply.text or "").strip())
+        instruction = transcript.as_json(reply.text or "")  # fenced or not, as agents read
         jsonschema.validate(instruction, INSTRUCTION_SCHEMA)
     except (ValueError, jsonschema.ValidationError) as exc:
         problem = getattr(exc, "message", str(exc))

@@ -14,6 +14,7 @@ every such call for a person, whatever its type.
 import json
 import logging
 import secrets
+from contextlib import suppress
 
 import jsonschema
 from django.conf import settings
@@ -222,7 +223,9 @@ class Loop:
                 answer = transcript.as_json(text)
             except ValueError:
                 answer = None
-            run.result = answer if isinstance(answer, dict) else {"answer": text}
+            run.result = (
+                answer if isinstance(answer, dict) else {"answer": storable.printable(text)}
+            )
             return
         try:
             answer = transcript.as_json(text)
@@ -265,10 +268,9 @@ class Loop:
                 envelope = ceremony.result
             else:
                 name, arguments = call["function"]["name"], call["function"].get("arguments")
-                try:
+                # Not JSON: the model's text goes on as it is, refused as no JSON object.
+                with suppress(ValueError, RecursionError):
                     arguments = json.loads(arguments or "{}")
-                except ValueError as exc:
-                    arguments = {"__unparseable__": str(exc)}
                 toolset = Toolset(run)
                 if toolset.answers(name):  # a discovery meta-tool: the host's own answer
                     envelope = toolset.call(name, arguments)
@@ -303,14 +305,22 @@ class Loop:
         if not run.actions and not run.result.get("actions"):
             return False
         if not run.actions:
+            proposed = run.result["actions"]
+            if not isinstance(proposed, list) or not all(isinstance(a, dict) for a in proposed):
+                message = "The proposed actions must be a list of objects ({tool, arguments})."
+                finish(
+                    run,
+                    AgentRun.Status.ERROR,
+                    error={"message": message, "code": "VALIDATION_ERROR"},
+                )
+                return True
             run.actions = [
                 {
                     "tool": a.get("tool"),
                     "arguments": a.get("arguments") or {},
                     "why": a.get("why", ""),
                 }
-                for a in run.result["actions"]
-                if isinstance(a, dict)
+                for a in proposed
             ]
         for index, action in enumerate(run.actions):
             if "outcome" in action:

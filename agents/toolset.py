@@ -5,6 +5,8 @@ authority, may call right now — so no answer names a tool outside the grants. 
 recorded on the run (`AgentRun.discovered_tools`): offered for the rest of the run, a resumed
 one included, and still checked by the gateway at every call."""
 
+import math
+
 import jsonschema
 from django.conf import settings
 from django.utils.functional import cached_property
@@ -127,6 +129,10 @@ class Toolset:
     def call(self, name, arguments):
         """A meta-tool's answer (its MGP output, or an MCPlet error envelope)."""
         name = META_TOOLS[name]
+        values = arguments.values() if isinstance(arguments, dict) else ()
+        if any(isinstance(v, float) and math.isnan(v) for v in values):  # within every bound
+            message = f"Invalid arguments for {name}: NaN is not a number."
+            return error_envelope(ErrorCode.VALIDATION_ERROR, message, name)
         try:
             jsonschema.validate(arguments, _input(name))
         except jsonschema.ValidationError as exc:

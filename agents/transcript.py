@@ -25,7 +25,13 @@ def unanswered(transcript):
 
 
 def as_json(text):
+    """A model's JSON answer, fenced or not, with what the host cannot store or sign (a NUL, a
+    lone surrogate: half an emoji) written out (`storable.printable`). ValueError if it is not
+    JSON the host can walk."""
     text = text.strip()
     if text.startswith("```"):  # a fenced answer: keep what is inside
         text = text.strip("`").removeprefix("json").strip()
-    return json.loads(text)
+    try:
+        return storable.printable(json.loads(text))
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None

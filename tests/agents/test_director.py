@@ -1,5 +1,7 @@
 """The Director: one task per cycle, bounded retries, parse failures skipped, never two cycles."""
 
+import json
+
 import pytest
 
 from a2a.models import A2AMessage
@@ -35,6 +37,12 @@ def test_a_cycle_dispatches_one_task(director, script):
     assert request.parameters == {"store": "shinjuku", "instruction": "Collect tomorrow's weather"}
     assert str(request.context_id) == cycle.context_id
     assert AuditEvent.objects.get(event_type="director.cycle.ran").actor_id == "director"
+
+
+def test_a_fenced_answer_is_read_as_the_agents_read_theirs(director, script):
+    fenced = "```json\n" + json.dumps(INSTRUCTION) + "\n```"
+    configure(director, script, [{"text": fenced}])
+    assert directors.run_cycle("director").outcome == "ran"
 
 
 @pytest.mark.parametrize(

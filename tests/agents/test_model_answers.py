@@ -1,0 +1,63 @@
+"""What a model answers is hostile input too: arguments that are not JSON are refused and
+nothing is sent; an answer with what the host cannot store or sign (a lone surrogate: half an
+emoji, a NUL) is written out, never a crashed run or a page that fails for good; proposed
+actions that are not a list of objects are refused, not ignored."""
+
+import pytest
+
+from agents.models import AgentRun
+from mcplet_host.models import AuditEvent
+from tests.agents.test_runner import response_to, send
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
+
+
+@pytest.mark.parametrize("raw", ['{"filter": ', '{"filter": "ra', "not json at all"])
+def test_arguments_that_are_not_json_are_refused_and_nothing_is_sent(
+    registry, director, script, calls, raw
+):
+    dispatch = registry["dispatch"]  # read_site_stats requires nothing: anything validated
+    dispatch.model = script(
+        {
+            "dispatch-agent": [
+                {"tool_calls": [{"name": "read_site_stats", "arguments": raw}]},
+                {"expect": {"tool_results_contain": ["VALIDATION_ERROR"]}, "text": "retold"},
+            ]
+        }
+    )
+    dispatch.save()
+    _, run = send("dispatch-agent")
+    assert run.status == AgentRun.Status.SUCCESS and run.result == {"answer": "retold"}
+    assert calls() == []
+    blocked = AuditEvent.objects.get(event_type="TOOL_BLOCKED", target_tool="read_site_stats")
+    assert blocked.details["rule"] == "arguments"
+
+
+def test_an_answer_with_half_an_emoji_is_written_out_and_handed_on(
+    registry, director, script, client, admin_user
+):
+    info = registry["info"]
+    info.model = script(
+        {"info-gathering-agent": [{"text": '{"analysis": "coupon \\ud83d for all\\u0000"}'}]}
+    )
+    info.save()
+    request, run = send("info-gathering-agent")
+    assert run.status == AgentRun.Status.SUCCESS, run.error
+    assert run.result == {"analysis": "coupon \\ud83d for all\\x00"}
+    assert response_to(request)["payload"]["result"] == run.result
+    client.force_login(admin_user)
+    assert client.get(f"/dashboard/runs/{run.context_id}/").status_code == 200
+
+
+@pytest.mark.parametrize("actions", [{"tool": "send_email", "arguments": {}}, 5, ["send_email"]])
+def test_actions_that_are_not_a_list_of_objects_are_refused(
+    registry, director, script, calls, actions
+):
+    info = registry["info"]
+    info.model = script({"info-gathering-agent": [{"json": {"summary": "x", "actions": actions}}]})
+    info.save()
+    _, run = send("info-gathering-agent")
+    assert run.status == AgentRun.Status.ERROR
+    assert run.error["code"] == "VALIDATION_ERROR"
+    assert "must be a list of objects" in run.error["message"]
+    assert calls() == []
