@@ -263,6 +263,18 @@ class Agent(models.Model):
             isinstance(name, str) for name in self.pinned_tools
         ):
             raise ValidationError({"pinned_tools": 'Give a list of tool names: ["read_file"].'})
+        if loop := self._hand_off_loop():
+            raise ValidationError({"hands_off_to": f"It leads back here: {' → '.join(loop)}."})
+
+    def _hand_off_loop(self):
+        """The agents its hand-offs pass through back to itself, or []: a loop would run its
+        agents one after another until the authority's chain is full (64 LLM runs)."""
+        path, seen, target = [self.agent_id], {self.pk}, self.hands_off_to
+        while target is not None and target.pk not in seen:
+            path.append(target.agent_id)
+            seen.add(target.pk)
+            target = target.hands_off_to
+        return [*path, self.agent_id] if target is not None and target.pk == self.pk else []
 
     def refresh_card(self):
         """Fetch a remote agent's card (outbound.RemoteError if it cannot be had), unsaved."""

@@ -5,6 +5,7 @@ worker whose task ended the run delivers the hand-off itself, after its commit (
 between the hops), up to MCPLET_HAND_OFFS_HERE in a row."""
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models.signals import post_save
 from django.test.utils import CaptureQueriesContext
@@ -129,3 +130,20 @@ def test_a_hand_off_delivered_here_is_checked_as_the_broker_s_would_be(chain, ca
 
     assert_refused_at_its_delivery()
     assert calls() == []
+
+
+def test_a_hand_off_that_leads_back_is_refused_when_saved(registry):
+    info, planning = registry["info"], registry["planning"]
+    info.hands_off_to = planning
+    info.save()
+    planning.hands_off_to = info
+    with pytest.raises(ValidationError) as refused:
+        planning.full_clean()
+    assert refused.value.message_dict["hands_off_to"] == [
+        "It leads back here: planning-agent → info-gathering-agent → planning-agent."
+    ]
+    planning.hands_off_to = planning
+    with pytest.raises(ValidationError, match="planning-agent → planning-agent"):
+        planning.full_clean()
+    planning.hands_off_to = registry["dispatch"]
+    planning.full_clean()  # a chain that ends is fine
