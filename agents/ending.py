@@ -42,11 +42,10 @@ def answer(run, status, error):
 
 def hands_off(run, status):
     """The agent the run's result goes to next, if any: as read with the run's agent; its
-    delivery checks it against the registry as it is then."""
+    delivery checks it against the registry as it is then (one disabled is refused there,
+    audited and shown, never dropped in silence)."""
     target = run.agent.hands_off_to
-    if status == AgentRun.Status.SUCCESS and target is not None and target.enabled:
-        return target
-    return None
+    return target if status == AgentRun.Status.SUCCESS else None
 
 
 def hand_off_values(run, target):

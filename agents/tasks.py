@@ -39,8 +39,10 @@ def _deliver(message_id, signature):
     if not reason:
         found = request.registry_snapshot.agents({request.sender_id, request.recipient_id})
         sender, recipient = found.get(request.sender_id), found.get(request.recipient_id)
-        if not request.external and (sender is None or not sender.on_bus or not sender.enabled):
+        if not request.external and (sender is None or not sender.on_bus):
             reason = f"the sender {request.sender_id!r} is not a registered internal agent"
+        elif not request.external and not sender.enabled:
+            reason = f"the sender {request.sender_id!r} is disabled"
         elif recipient is None or not recipient.on_bus:
             reason = f"the recipient {request.recipient_id!r} is not an agent of this host"
         elif not recipient.enabled:

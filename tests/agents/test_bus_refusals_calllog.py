@@ -49,7 +49,7 @@ def test_a_disabled_sender_or_recipient_is_refused(agents, calls, disabled):
     Agent.objects.filter(agent_id=disabled).update(enabled=False)
     deliver(str(request.message_id), request.signature)
     refused(
-        "the sender 'planning-agent' is not a registered internal agent"
+        "the sender 'planning-agent' is disabled"
         if disabled == "planning-agent"
         else "the recipient 'info-gathering-agent' is disabled"
     )
@@ -68,7 +68,7 @@ def test_an_agent_disabled_after_a_delivery_is_refused_at_the_next(agents, calls
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {table} SET enabled = false WHERE agent_id = %s", [disabled])  # noqa: S608
     deliver(str(second.message_id), second.signature)
-    refused("is not a registered internal agent" if disabled == "planning-agent" else "disabled")
+    refused(f"{disabled!r} is disabled")
     assert AgentRun.objects.count() == 1 and len(calls()) == 1
 
 

@@ -79,6 +79,16 @@ def test_a_target_disabled_while_its_sender_ran_is_refused_at_its_delivery(chain
     assert calls() == []  # planning never ran: its server saw nothing
 
 
+def test_a_target_disabled_before_its_sender_started_is_refused_too_never_dropped(chain, calls):
+    """Disabled before the sender's run: the hand-off is still sent, and refused at its
+    delivery, where the workflow shows why (it was dropped with no event)."""
+    Agent.objects.filter(agent_id="planning-agent").update(enabled=False)
+    request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
+    assert AgentRun.objects.get(request=request).status == AgentRun.Status.SUCCESS
+    assert_refused_at_its_delivery()
+    assert calls() == []
+
+
 @pytest.fixture
 def no_worker():
     """Tasks are not run at once: what is queued to the broker stays there, and the test calls
