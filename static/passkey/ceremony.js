@@ -39,13 +39,24 @@
     }, 1500);
   };
 
+  // A page that no longer answers (its call decided by another approver closes it) is said
+  // so, never a page stuck at its last step with its buttons disabled.
+  const UNANSWERED = "This page no longer answers: the call may have been decided by someone " +
+    "else, and this page closed. Nothing was approved by you here: open the call from the " +
+    "host's approvals to see where it stands.";
+
   const post = async (url, body) => {
-    const response = await fetch(url, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
-      body: JSON.stringify(body || {}),
-    });
+    let response;
+    try {
+      response = await fetch(url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
+        body: JSON.stringify(body || {}),
+      });
+    } catch (error) {
+      return { ok: false, status: 0, data: { error: UNANSWERED } };
+    }
     const data = await response.json().catch(() => ({}));
     return { ok: response.ok, status: response.status, data };
   };

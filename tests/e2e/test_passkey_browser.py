@@ -336,6 +336,27 @@ def test_localhost_mode_approves_on_the_ceremonys_own_port(
     assert_clean_console(page)
 
 
+def test_a_page_left_open_after_another_approver_decided_says_so_and_lets_go(
+    page, host, approver, mailer, registry, localhost_mode, mailoutbox
+):
+    """Another approver rejected the call: its loopback page closed under this approver's open
+    tab, whose Approve then meets no page. It says so (it stayed at "Asking for a challenge…",
+    both buttons disabled, on an uncaught "Failed to fetch")."""
+    register_passkey(page, host)
+    ceremony = hold(registry)
+    _, direct = links(mailoutbox, ceremony)
+    page.goto(direct)
+    assert_shows_the_call(page)
+    assert Ceremony.objects.get(pk=ceremony.pk).decline(Ceremony.Status.REJECTED, approver)
+    wait_port_closed(direct)
+    page.click("#approve")
+    expect(page.locator("#status")).to_contain_text("This page no longer answers")
+    expect(page.locator("#status")).to_contain_text("Nothing was approved by you here")
+    expect(page.locator("#approve")).to_be_enabled()
+    expect(page.locator("#reject")).to_be_enabled()
+    assert mailer() == []
+
+
 def test_localhost_mode_the_host_link_leads_to_the_loopback_page(
     page, host, approver, mailer, registry, localhost_mode, mailoutbox
 ):
