@@ -196,14 +196,38 @@ def test_a_wallets_own_mgp_hints_win_and_retry(serve, calls):
 
 
 def test_another_json_rpc_error_keeps_its_hints(serve, calls):
-    limited = rpc_error(3000, {"_mgp": {"category": "resource", "retry_after_ms": 5000}})
+    limited = rpc_error(7000, {"_mgp": {"category": "resource", "retry_after_ms": 5000}})
     agent = serve(entry("site_stats") | {"answers": [limited]})
 
     error = gateway.call_tool(agent, "site_stats", {}).envelope["error"]
 
-    assert error["code"] == "UNKNOWN_ERROR" and "(3000)" in error["message"]
+    assert error["code"] == "UNKNOWN_ERROR" and "(7000)" in error["message"]
     assert (error["category"], error["retry_after_ms"]) == ("resource", 5000)
     assert json.dumps(error)  # what the agent reads
+
+
+@pytest.mark.parametrize(
+    ("mgp", "code", "name"),
+    [
+        (1002, "AUTH_REQUIRED", "AUTH_REQUIRED"),
+        (3000, "RATE_LIMITED", "RATE_LIMITED"),
+        (4000, "VALIDATION_ERROR", "INVALID_TOOL_ARGS"),
+        (4001, "NOT_FOUND", "TOOL_NOT_FOUND"),
+        (5002, "SERVICE_UNAVAILABLE", "UPSTREAM_UNAVAILABLE"),
+    ],
+)
+def test_mgp_standard_codes_reach_the_agent_by_their_meaning(serve, calls, mgp, code, name):
+    """MGP §14.3: a server's standard code is read as the §9.1 code an agent acts on (they
+    all read UNKNOWN_ERROR), its name in the message, its own hints kept."""
+    answer = rpc_error(mgp, {"_mgp": {"retryable": False, "details": {"limit": 10}}})
+    agent = serve(entry("site_stats") | {"answers": [answer]})
+
+    error = gateway.call_tool(agent, "site_stats", {}).envelope["error"]
+
+    assert error["code"] == code
+    assert error["message"] == f"wallet says {mgp} (MGP {mgp}: {name})"
+    assert (error["retryable"], error["details"]) == (False, {"limit": 10})
+    assert len(calls("site_stats")) == 1
 
 
 @pytest.mark.django_db(transaction=True)
