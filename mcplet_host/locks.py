@@ -1,14 +1,15 @@
 """Singleton locks with expiry and a heartbeat, for work that must never overlap across
 workers (a Director's cycle). Redis (redis-py's Lock) when REDIS_URL is set; in the embedded
-mode — one process — the local cache's atomic add."""
+mode — one machine, its host and any `manage.py` command beside it — a file lock."""
 
-import secrets
+import fcntl
+import hashlib
 import threading
 from contextlib import contextmanager, suppress
 
 import redis
 from django.conf import settings
-from django.core.cache import cache
+from django.db import connection
 from redis.exceptions import LockError
 
 
@@ -32,24 +33,35 @@ class _RedisLock:
             self._lock.release()
 
 
-class _CacheLock:
-    def __init__(self, name, timeout):
-        self.key, self.timeout, self.token = f"lock:{name}", timeout, secrets.token_hex(8)
+class _FileLock:
+    """An exclusive lock on a file of the database's (its processes share it, wherever they
+    run from): the kernel drops it with the process that held it, so it needs no expiry. The
+    local cache's add it replaces was one process's: `run_director` beside `make run` ran a
+    second cycle of the same Director."""
+
+    def __init__(self, name, _timeout):
+        key = hashlib.sha256(f"{connection.settings_dict['NAME']}:{name}".encode()).hexdigest()
+        self.path, self.file = settings.VAR_DIR / "locks" / f"{key[:32]}.lock", None
 
     def acquire(self):
-        return cache.add(self.key, self.token, self.timeout)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = self.path.open("a")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            return False
+        return True
 
     def extend(self):
-        if cache.get(self.key) == self.token:
-            cache.touch(self.key, self.timeout)
+        pass
 
     def release(self):
-        if cache.get(self.key) == self.token:
-            cache.delete(self.key)
+        self.file.close()  # closing the file drops its lock
 
 
 def make_lock(name, timeout):
-    return (_CacheLock if settings.EMBEDDED else _RedisLock)(name, timeout)
+    return (_FileLock if settings.EMBEDDED else _RedisLock)(name, timeout)
 
 
 @contextmanager
