@@ -469,8 +469,9 @@ def _finish_in_transaction(run, status, result, error):
     return True
 
 
-def cancel(run, reason="Cancelled by an operator."):
-    """Cancel a run that has not finished; a held call it waits for is rejected."""
+def cancel(run, reason="Cancelled by an operator.", by=None):
+    """Cancel a run that has not finished; a held call it waits for is rejected (by the
+    operator `by`, who the audit names)."""
     if run.is_final:
         return False
     # A worker may be holding a call for the run right now, after this copy of it was read:
@@ -481,6 +482,6 @@ def cancel(run, reason="Cancelled by an operator."):
     # locks the run's row before it looks for pending calls: a worker may hold one meanwhile.
     with transaction.atomic():
         if run.waiting_for is not None and not run.waiting_for.is_final:
-            run.waiting_for.decline(Ceremony.Status.REJECTED)
+            run.waiting_for.decline(Ceremony.Status.REJECTED, by)
         error = {"message": reason, "code": "X_CANCELLED"}
         return _finish_in_transaction(run, AgentRun.Status.CANCELLED, None, error)

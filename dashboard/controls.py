@@ -110,7 +110,8 @@ def cancel_run(user, run):
             .select_related("agent", "waiting_for")
             .get(pk=run.pk)
         )
-        cancelled = runner.cancel(run, f"Cancelled by {user.get_username()} from the dashboard.")
+        reason = f"Cancelled by {user.get_username()} from the dashboard."
+        cancelled = runner.cancel(run, reason, by=user)
         _record(user, "cancel_run", ok=cancelled, trace_id=run.context_id, details=details)
     if not cancelled:
         return Done(f"The run had already ended ({run.get_status_display()}).", messages.WARNING)

@@ -126,6 +126,9 @@ def test_cancel_a_run_waiting_for_approval(staff_client, registry, script, eager
     assert run.status == AgentRun.Status.CANCELLED
     assert "Cancelled by operator from the dashboard" in run.error["message"]
     assert run.waiting_for.status == Ceremony.Status.REJECTED  # nothing of it executes
+    assert run.waiting_for.decided_by.get_username() == "operator"
+    denied = AuditEvent.objects.get(event_type="PERMISSION_DENIED")
+    assert (denied.actor_type, denied.actor_id) == ("user", "operator")  # who rejected it
     event = action("dashboard.cancel_run")
     assert (event.trace_id, event.result) == (run.context_id, "SUCCESS")
 
