@@ -77,7 +77,10 @@ def _not_an_approver(request, view, message, status, kwargs):
     refusal = Refused(assertions.NOT_AN_APPROVER, message, status)
     user = request.user if request.user.is_authenticated else None
     token = kwargs.get("token", "")
-    audit_refusal(view.__name__, refusal, user=user, tool=f"ceremony {token[:8]}" if token else "")
+    # The call it concerns, named as every other refusal names it (its tool, server and trace).
+    ceremony = Ceremony.objects.filter(token=token).first() if isinstance(token, str) else None
+    tool = f"ceremony {token[:8]}" if token and ceremony is None else ""
+    audit_refusal(view.__name__, refusal, ceremony=ceremony, user=user, tool=tool)
     return _error(refusal)
 
 
@@ -302,7 +305,9 @@ def reject(request, token):
     if ceremony is None:
         return _unknown(request, token, "reject")
     if not ceremony.decline(Ceremony.Status.REJECTED, request.user):
-        return _error(Refused(assertions.NOT_PENDING, "This call was already decided.", 410))
+        refusal = Refused(assertions.NOT_PENDING, "This call was already decided.", 410)
+        audit_refusal("reject", refusal, ceremony=ceremony, user=request.user)
+        return _error(refusal)
     return JsonResponse({"status": "rejected"})
 
 

@@ -10,7 +10,9 @@ from django.utils import timezone
 
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
+from mcplet_host.models import AuditEvent
 from passkey import loopback
+from passkey.models import REFUSED_EVENT
 from passkey.views import CSP
 from tests.passkey.conftest import hold_email, url
 
@@ -97,6 +99,18 @@ def test_non_approvers_see_a_403_page(client, django_user_model, held):
     assert client.post(url(held, "reject")).status_code == 403
     held.refresh_from_db()
     assert held.status == Ceremony.Status.PENDING
+    # Audited as every refusal of a step on a call is: its tool, server and trace named.
+    refused = AuditEvent.objects.filter(event_type=REFUSED_EVENT, actor_id="cook").last()
+    assert (refused.target_tool, refused.target_server) == (held.tool_name, held.server_name)
+    assert refused.trace_id == held.trace_id and refused.details["ceremony"] == held.token[:8]
+
+
+def test_a_second_reject_is_refused_and_audited(approver_client, held):
+    assert approver_client.post(url(held, "reject")).status_code == 200
+    again = approver_client.post(url(held, "reject"))
+    assert again.status_code == 410 and again.json()["reason"] == "not_pending"
+    refused = AuditEvent.objects.get(event_type=REFUSED_EVENT, details__stage="reject")
+    assert (refused.target_tool, refused.details["reason"]) == (held.tool_name, "not_pending")
 
 
 def test_an_unknown_ceremony_is_a_404(approver_client):

@@ -95,6 +95,9 @@ def test_a_second_run_again_while_one_waits_is_refused(unknown, calls, approver_
     assert rerun.get_absolute_url() in approver_client.get(url(unknown)).content.decode()
     rerun_page = approver_client.get(url(rerun)).content.decode()
     assert 'id="rerun-of"' in rerun_page and unknown.get_absolute_url() in rerun_page
+    # What it runs, as the first attempt's page said: the tool, on its server.
+    tool = f"<code>{rerun.tool_name}</code> on the server <code>{rerun.server_name}</code>"
+    assert f'<dd id="tool">{tool}</dd>' in rerun_page
 
 
 def test_run_again_without_the_forms_csrf_token_is_refused(unknown, calls, approver):
