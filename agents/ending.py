@@ -31,9 +31,15 @@ def finished_event(run, status, error):
     )
 
 
+LLM_FAILED = "The agent's model could not answer; the host's operators can see why."
+
+
 def answer(run, status, error):
     """What the run's task response says: its result on a success or a partial end, its
-    error on any other."""
+    error on any other. A partner's work is told that the model failed, not the provider's
+    own words (they may echo a key or an account): the run's error keeps them for operators."""
+    if error and error.get("code") == "X_LLM_ERROR" and run.authority.partner:
+        error = {**error, "message": LLM_FAILED}
     return {
         "result": run.result if status != "error" else None,
         "error": error if status != "success" else None,

@@ -5,7 +5,10 @@ actions that are not a list of objects are refused, not ignored."""
 
 import pytest
 
+from a2a import bus
+from agents.ending import LLM_FAILED
 from agents.models import AgentRun
+from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
 from tests.agents.test_runner import response_to, send
 
@@ -61,3 +64,22 @@ def test_actions_that_are_not_a_list_of_objects_are_refused(
     assert run.error["code"] == "VALIDATION_ERROR"
     assert "must be a list of objects" in run.error["message"]
     assert calls() == []
+
+
+def test_a_partners_work_is_told_its_model_failed_not_the_providers_words(
+    registry, director, script
+):
+    """The provider's own message may echo a key or an account: the run keeps it for the
+    operators; the partner's task is told the model failed."""
+    info = registry["info"]
+    info.model = script({"info-gathering-agent": [{"error": {"kind": "server", "times": 9}}]})
+    info.save()
+    partner = Authority.of_partner("partner-bot")
+    request = bus.send_task("director", "info-gathering-agent", {"store": "x"}, authority=partner)
+    run = AgentRun.objects.get(request=request)
+    assert run.error["code"] == "X_LLM_ERROR" and "scripted server error" in run.error["message"]
+    told = response_to(request)["payload"]["error"]
+    assert told == {"code": "X_LLM_ERROR", "message": LLM_FAILED}
+    # The host's own work (no partner) keeps the provider's words for its Director.
+    own = bus.send_task("director", "info-gathering-agent", {"store": "x"})
+    assert "scripted server error" in response_to(own)["payload"]["error"]["message"]
