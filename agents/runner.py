@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 RESUME_TASK = "agents.resume_run"
 OUTPUT_RETRIES = 1  # an answer that breaks the output schema is retried once, with the error
+# A final answer the model did not finish (its `finish_reason`): partial when it was cut off.
+CUT_OFF = {"length": "it reached its output limit", "content_filter": "its provider filtered it"}
+CUT_OFF_CODE = "X_LLM_INCOMPLETE"
 
 
 def start(request, agent):
@@ -212,12 +215,19 @@ class Loop:
         run.completion_tokens += reply.usage.completion_tokens
         run.transcript.append(storable.printable(reply.raw_message))  # hostile text written out
         if not reply.tool_calls:
-            self._read_answer(reply.text or "")
+            self._read_answer(reply.text or "", reply.finish_reason)
         run.save()
         return True
 
-    def _read_answer(self, text):
+    def _read_answer(self, text, finish_reason=None):
         run, schema = self.run, self.agent.output_schema
+        if why := CUT_OFF.get(finish_reason):  # not the answer: never handed on as one
+            partial = finish_reason == "length"
+            status = AgentRun.Status.PARTIAL if partial else AgentRun.Status.ERROR
+            message = f"The model's answer is incomplete: {why}."
+            result = {"answer": storable.printable(text)} if partial else None
+            finish(run, status, result=result, error={"message": message, "code": CUT_OFF_CODE})
+            return
         if not schema:
             try:
                 answer = transcript.as_json(text)

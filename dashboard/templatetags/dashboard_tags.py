@@ -27,6 +27,8 @@ NEXT_STEPS = {
     "X_LLM_ERROR": "Check the agent's model and its provider's API key (admin → Agents).",
     "X_STEP_LIMIT": "Raise the agent's max steps (admin → Agents), or narrow its task.",
     "X_TOKEN_BUDGET": "Raise the agent's token budget (admin → Agents).",
+    "X_LLM_INCOMPLETE": "The model stopped mid-answer: raise its output limit, or narrow the "
+    "task (a filtered answer: see the provider's policy).",
     "X_OUTCOME_UNKNOWN": "It may have run: check the MCP server (or what it acts on) before "
     "running it again; the host will not re-send it.",
 }

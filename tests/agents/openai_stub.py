@@ -64,9 +64,9 @@ def tool_call_response(
     return Canned(200, _completion(message, "tool_calls", model))
 
 
-def text_response(text: str, *, model: str = "stub-model") -> Canned:
+def text_response(text: str, *, model: str = "stub-model", finish_reason: str = "stop") -> Canned:
     message = {"role": "assistant", "content": text}
-    return Canned(200, _completion(message, "stop", model))
+    return Canned(200, _completion(message, finish_reason, model))
 
 
 def error_response(status: int, message: str = "stub error", **headers: str) -> Canned:

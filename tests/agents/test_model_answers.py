@@ -10,6 +10,7 @@ from agents.ending import LLM_FAILED
 from agents.models import AgentRun
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
+from tests.agents.openai_stub import openai_stub, text_response
 from tests.agents.test_runner import response_to, send
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager")]
@@ -83,3 +84,29 @@ def test_a_partners_work_is_told_its_model_failed_not_the_providers_words(
     # The host's own work (no partner) keeps the provider's words for its Director.
     own = bus.send_task("director", "info-gathering-agent", {"store": "x"})
     assert "scripted server error" in response_to(own)["payload"]["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "status", "result"),
+    [
+        ("length", "partial", {"answer": '{"plan": "send a coupon to ev'}),
+        ("content_filter", "error", None),
+    ],
+)
+def test_an_answer_the_model_did_not_finish_is_not_handed_on_as_done(
+    registry, director, monkeypatch, finish_reason, status, result
+):
+    """litellm's real path: an answer cut at the model's output limit, or filtered by its
+    provider, is no finished task (spec §18.5): partial or error, and not handed on."""
+    cut = text_response('{"plan": "send a coupon to ev', finish_reason=finish_reason)
+    with openai_stub([cut]) as (url, _):
+        monkeypatch.setenv("OPENAI_API_BASE", url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        info = registry["info"]
+        info.model, info.hands_off_to = "openai/stub-model", registry["planning"]
+        info.save()
+        request, run = send("info-gathering-agent")
+    assert (run.status, run.result) == (status, result)
+    assert run.error["code"] == "X_LLM_INCOMPLETE"
+    assert response_to(request)["status"] == status
+    assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
