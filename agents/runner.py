@@ -268,8 +268,11 @@ class Loop:
 
     def _answer_pending_tool_calls(self):
         """Run the last turn's unanswered tool calls through the gateway. True if one waits."""
-        run = self.run
+        run, toolset, offered = self.run, None, None
         for place, call in transcript.unanswered(run.transcript):
+            if toolset is None:  # what this turn was offered, before any of its calls loads more
+                toolset = Toolset(run)
+                offered = toolset.offered()
             ref = f"{run.pk}:{place}"
             ceremony = _held(ref)
             if ceremony is not None:  # this call was held: its outcome, or keep waiting
@@ -281,7 +284,6 @@ class Loop:
                 # Not JSON: the model's text goes on as it is, refused as no JSON object.
                 with suppress(ValueError, RecursionError):
                     arguments = json.loads(arguments or "{}")
-                toolset = Toolset(run)
                 if toolset.answers(name):  # a discovery meta-tool: the host's own answer
                     envelope = toolset.call(name, arguments)
                 else:
@@ -296,7 +298,7 @@ class Loop:
                         proposed_by_model=True,
                         continuation=RESUME_TASK,
                         continuation_ref=ref,
-                        offered=toolset.offered(),
+                        offered=offered,
                     )
                     if outcome.status == "pending":
                         return self._wait(outcome.ceremony)

@@ -67,6 +67,21 @@ def test_the_model_discovers_a_tool_then_calls_it(run_of, calls):
     assert event.details["strategy"] == "keyword"
 
 
+def test_a_name_called_in_the_turn_that_discovers_it_is_not_found(run_of, calls):
+    """The model had not seen what its discover call would find: a call of a found name in
+    the same turn, after it, is refused as before it (it ran, by its place in the turn)."""
+    run = run_of(
+        [
+            {"tool_calls": [DISCOVER_CUSTOMER, FIND]},
+            {"expect": {"tool_results_contain": ["NOT_FOUND"]}, "text": "I will call it next."},
+        ]
+    )
+    assert run.status == AgentRun.Status.SUCCESS, run.error
+    assert run.discovered_tools[0] == "find_customer"  # offered from the next turn on
+    assert calls() == []
+    assert tool_results(run)[1]["error"]["code"] == "NOT_FOUND"
+
+
 @pytest.mark.parametrize("tool", ["list_calendar_events", "search_mailbox", "no_such_tool"])
 def test_a_tool_not_found_first_is_refused_alike_whether_granted_or_not(run_of, calls, tool):
     """Granted but not discovered, not granted, or no such tool: one answer, nothing sent."""
