@@ -120,20 +120,26 @@ def test_a_lost_continuation_is_told_again(registry, script, calls, admin_user):
     assert [r.status for r in responses(request)] == ["success"]
 
 
-def test_a_call_whose_worker_died_mid_call_is_outcome_unknown_never_resent(
-    registry, script, calls, admin_user
-):
+def executing_since(registry, script, admin_user, sent):
+    """A held call approved, its task lost, executing since `sent`: what a worker SIGKILLed
+    between taking the call and recording its answer leaves (the request, run and call)."""
     request, run = dispatching(registry, script)
     ceremony = run.waiting_for
     queued_not_run()
     assert ceremony.approve(admin_user, assertion=ASSERTION)
     lose_what_is_queued()
     app.conf.task_always_eager = True
-    # What a worker SIGKILLed between taking the call and recording its answer leaves.
-    sent = timezone.now() - timedelta(seconds=settings.MCPLET_TOOL_TIMEOUT)
     Ceremony.objects.filter(pk=ceremony.pk).update(
         status=Ceremony.Status.EXECUTING, executed_at=sent
     )
+    return request, run, ceremony
+
+
+def test_a_call_whose_worker_died_mid_call_is_outcome_unknown_never_resent(
+    registry, script, calls, admin_user
+):
+    sent = timezone.now() - timedelta(seconds=settings.MCPLET_TOOL_TIMEOUT)
+    request, run, ceremony = executing_since(registry, script, admin_user, sent)
     recover_calls()
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.EXECUTING  # maybe still running: within its grace
@@ -185,16 +191,8 @@ def test_a_call_waiting_for_a_persons_form_is_not_abandoned(registry, script, ca
     """The server asked a person for a form during the call (2025-11-25 elicitation/create):
     its worker waits for that person, so the call is not abandoned while the form is open, nor
     before the call's own clock, started again once the form closed, has run out."""
-    request, run = dispatching(registry, script)
-    ceremony = run.waiting_for
-    queued_not_run()
-    assert ceremony.approve(admin_user, assertion=ASSERTION)
-    lose_what_is_queued()
-    app.conf.task_always_eager = True
     sent = timezone.now() - timedelta(seconds=settings.MCPLET_TOOL_TIMEOUT) - LONG_AGO
-    Ceremony.objects.filter(pk=ceremony.pk).update(
-        status=Ceremony.Status.EXECUTING, executed_at=sent
-    )
+    *_, ceremony = executing_since(registry, script, admin_user, sent)
     asker = ceremony.asker.nobody_waits()
     form = tool_call.open_call(
         Ceremony.Kind.FORM,
