@@ -1,4 +1,5 @@
 import json
+import uuid
 from io import StringIO
 
 import pytest
@@ -22,13 +23,16 @@ def run(*args):
     return out.getvalue()
 
 
-def test_prints_the_envelope(registry):
+def test_prints_the_envelope(registry, calls):
     out = run(
         "--agent", "planning-agent", "--tool", "query_crm", "--args", '{"filter": "rain"}', "--json"
     )
     envelope = json.loads(out)
     assert envelope["result"]["arguments"] == {"filter": "rain"}
     assert envelope["_meta"]["toolId"] == "query_crm"
+    # A trace of its own: its audit event names the one its server was sent (MGP §6.5).
+    trace = AuditEvent.objects.get(event_type="TOOL_EXECUTED").trace_id
+    assert trace and uuid.UUID(trace).hex in calls("query_crm")[0]["meta"]["traceparent"]
 
 
 def test_a_refusal_exits_non_zero_with_the_code(registry, calls):

@@ -1,4 +1,5 @@
 import json
+import uuid
 
 from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
@@ -24,7 +25,12 @@ class Command(BaseCommand):
             "--args", default="{}", dest="arguments", metavar="JSON", help="the arguments object"
         )
         parser.add_argument("--surface", choices=gateway.SURFACES, default="model")
-        parser.add_argument("--trace", default="", help="a trace id (the A2A contextId)")
+        parser.add_argument(
+            "--trace",
+            default="",
+            help="a trace id (the A2A contextId); by default a new one: the call's audit events "
+            "share it, and the traceparent its server gets is derived from it",
+        )
         parser.add_argument("--json", action="store_true", dest="as_json")
 
     def handle(self, *args, agent, tool, arguments, surface, trace, as_json, **options):
@@ -38,6 +44,7 @@ class Command(BaseCommand):
             raise CommandError(f"No agent with agent_id {agent!r}.")
         if len(trace) > 64:
             raise CommandError("--trace is at most 64 characters.")
+        trace = trace or str(uuid.uuid4())  # a call of its own: a workflow of its own
 
         outcome = self._call(caller, tool, arguments, surface, trace)
         if outcome.status == "pending":
