@@ -64,7 +64,8 @@ def hand_off_values(run, target):
 
 
 def in_one_statement(run, status, result, error):
-    """`runner.finish` in one statement: True, or False if the run had ended already. None
+    """`runner.finish` in one statement: True, or False if the run had ended already (or is
+    no longer this worker's: `AgentRun.ended_where`). None
     where finish takes its general path: not on PostgreSQL, a run with no request to answer,
     or one that left a held call pending (its end rejects it). Only the run's worker ends it
     here: no one else holds a call for the run meanwhile, so the look comes first (an
@@ -74,6 +75,7 @@ def in_one_statement(run, status, result, error):
         return None
     if not guarded.one_statement(AgentRun):
         return None
+    where, exclude = run.ended_where()  # before `ending` lets the lease go
     values = run.ending(status, result=result, error=error)
     response = bus.response_values(request, status, **answer(run, status, error))
     answered = None
@@ -91,13 +93,13 @@ def in_one_statement(run, status, result, error):
         audit.in_statement(events),
         also=target and (A2AMessage, hand_off_values(run, target)),
     )
-    ending = guarded.Guard(AgentRun, {"pk": run.pk}, values, {"status__in": AgentRun.FINAL})
+    ending = guarded.Guard(AgentRun, where, values, exclude)
     try:
         outcome = guarded.updated_then(ending, then)
     except guarded.NotKept:
         return None
     if outcome is None:
-        run.refresh_from_db()
+        run.read_again()
         return False
     signals.saved(run)  # as AgentRun.end: the dashboard's live view hears it
     metrics.run_finished(status)

@@ -113,7 +113,7 @@ class RemoteCall:
     def _keep(self, entry):
         # The transcript of a remote run is what the remote agent said, last one last.
         self.run.transcript = [*self.run.transcript, entry]
-        self.run.save(update_fields=["transcript", "updated_at"])
+        self.run.keep("transcript")  # and its lease renewed: a remote task may take a while
 
     def _end(self, status, *, result=None, error=None):
         if error is not None:

@@ -24,7 +24,7 @@ from django.utils.module_loading import import_string
 
 from a2a import bus
 from agents import ending, llm, remote, transcript
-from agents.models import AgentRun
+from agents.models import AgentRun, LeaseLost
 from agents.toolset import Toolset
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
@@ -97,22 +97,27 @@ def advance_started(run):
 def _advance_leased(run, owner):
     """Advance a run whose lease `owner` holds, then let the lease go. True if it must be
     taken up again at once."""
+    lost = False
     with tracing.span(f"invoke_agent {run.agent.agent_id}", attributes=run.traced) as span:
         try:
             _advance(run)
+        except LeaseLost:  # the run is another worker's now, or ended: nothing more to write
+            lost = True
+            log.warning("run %s: its lease was lost mid-pass; this worker stops", run.pk)
         except Exception as exc:  # the run must end with a response, whatever broke
             log.exception("run %s failed", run.pk)
             span.fail(type(exc).__qualname__, str(exc))
             error = {"message": f"{type(exc).__name__}: {exc}"}
             finish(run, AgentRun.Status.ERROR, error=error)
         finally:
-            if not run.is_final:  # an ended run's lease went with its last commit (finish)
+            if not (lost or run.is_final):  # an ended run's lease went with its end (finish)
                 run.release(owner)
         span.set_attribute("mcplet.run.status", run.status)
     # An approval that landed after this worker left the run waiting, and before it let go of
     # the lease, set the run running again but could not claim it: take it up here.
     return (
-        run.status == AgentRun.Status.AWAITING_APPROVAL
+        not lost
+        and run.status == AgentRun.Status.AWAITING_APPROVAL
         and AgentRun.objects.filter(pk=run.pk, status=AgentRun.Status.RUNNING).exists()
     )
 
@@ -216,7 +221,9 @@ class Loop:
         run.transcript.append(storable.printable(reply.raw_message))  # hostile text written out
         if not reply.tool_calls:
             self._read_answer(reply.text or "", reply.finish_reason)
-        run.save()
+            if run.is_final:  # its answer ended it (cut off, or the output schema broken again)
+                return False
+        run.keep(*AgentRun.TURN)  # only while the lease is this worker's, renewed with it
         return True
 
     def _read_answer(self, text, finish_reason=None):
@@ -304,7 +311,7 @@ class Loop:
                         return self._wait(outcome.ceremony)
                     envelope = outcome.envelope
             run.transcript.append(transcript.tool_message(call, envelope))
-            run.save(update_fields=["transcript", "updated_at"])
+            run.keep("transcript")
         return False
 
     # --- action dispatch (§4.2, §8.2) ------------------------------------------------------------
@@ -353,14 +360,14 @@ class Loop:
                     continuation_ref=ref,
                 )
                 if outcome.status == "pending":
-                    run.save(update_fields=["actions", "updated_at"])
+                    run.keep("actions")
                     return self._wait(outcome.ceremony)
                 action["outcome"] = outcome.envelope
             elif ceremony.is_final:
                 action["outcome"] = ceremony.result
             else:
                 return self._wait(ceremony)
-            run.save(update_fields=["actions", "updated_at"])
+            run.keep("actions")
         return False
 
     # --- the end -------------------------------------------------------------------------------
@@ -409,7 +416,7 @@ class Loop:
     def _wait(self, ceremony):
         run = self.run
         run.status, run.waiting_for = AgentRun.Status.AWAITING_APPROVAL, ceremony
-        run.save(update_fields=["status", "waiting_for", "transcript", "actions", "updated_at"])
+        run.keep("status", "waiting_for", "transcript", "actions")
         audit.record(
             "agent.run.awaiting_approval",
             actor_type=audit.ActorType.AGENT,
@@ -459,17 +466,18 @@ def finish(run, status, *, result=None, error=None):
     """End the run, once: the one task response to its request, the audit event, and the
     hand-off, in one transaction (one commit; what they publish goes out after it). An operator
     may cancel a run while a worker still advances it; whichever ends it first stands, and the
-    other end changes nothing (returns False)."""
+    other end changes nothing (returns False), as does a worker's whose lease ran out and another
+    worker took the run up (`AgentRun.ended_where`)."""
     if (ended := ending.in_one_statement(run, status, result, error)) is not None:
         return ended
     return _finish_in_transaction(run, status, result, error)
 
 
-def _finish_in_transaction(run, status, result, error):
+def _finish_in_transaction(run, status, result, error, leased=True):
     """`finish` as one transaction: the run's row locked by its UPDATE first, then what it
-    left pending looked for and rejected."""
+    left pending looked for and rejected. `leased`: by the worker holding the run's lease."""
     with transaction.atomic():
-        if not run.end(status, result=result, error=error):
+        if not run.end(status, result=result, error=error, leased=leased):
             return False
         metrics.run_finished(status)
         run.reject_pending_calls()
@@ -496,4 +504,4 @@ def cancel(run, reason="Cancelled by an operator.", by=None):
         if run.waiting_for is not None and not run.waiting_for.is_final:
             run.waiting_for.decline(Ceremony.Status.REJECTED, by)
         error = {"message": reason, "code": "X_CANCELLED"}
-        return _finish_in_transaction(run, AgentRun.Status.CANCELLED, None, error)
+        return _finish_in_transaction(run, AgentRun.Status.CANCELLED, None, error, leased=False)

@@ -197,7 +197,7 @@ class Toolset:
         added = [m for m in mcplets if m.name not in self.run.discovered_tools]
         if added:
             self.run.discovered_tools = [*self.run.discovered_tools, *(m.name for m in added)]
-            self.run.save(update_fields=["discovered_tools", "updated_at"])
+            self.run.keep("discovered_tools")
         return added
 
     def _record(self, meta_tool, query, strategy, results):

@@ -15,6 +15,11 @@ from mcplet_host import kept, signals
 from mcplet_host.authority import Authority
 
 
+class LeaseLost(Exception):
+    """The run is no longer this worker's: its lease ran out and another worker took it up, or
+    it ended meanwhile. The worker stops its pass and writes nothing more."""
+
+
 class AgentRun(models.Model):
     """The durable state of one agent run: the task, the LLM transcript, the tool calls and
     their envelopes. A run waiting for an approval holds no worker; whichever worker picks it
@@ -41,6 +46,8 @@ class AgentRun(models.Model):
         "parameters",
         "started_at",
     )
+    # What an LLM turn changes (runner.Loop._think), saved with `keep`.
+    TURN = ("steps", "prompt_tokens", "completion_tokens", "transcript", "result", "output_retries")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
@@ -129,6 +136,22 @@ class AgentRun(models.Model):
             .update(lease_until=cls.lease_end(now), lease_owner=owner)
         )
 
+    def keep(self, *fields):
+        """Save `fields` mid-pass, and renew the lease with them, only while this copy's worker
+        holds it: one conditional UPDATE, at each step of a pass (a pass may outlast a lease,
+        never a step). Else LeaseLost, and nothing written: a worker whose lease ran out must
+        not write over the run another worker took up, nor an end. (An ended run, and one let
+        go, have no owner: the owner alone guards.)"""
+        if not self.lease_owner:  # a copy that holds no lease (`read_again`)
+            raise LeaseLost(self.pk)
+        now = timezone.now()
+        self.updated_at, self.lease_until = now, self.lease_end(now)
+        fields = (*fields, "updated_at", "lease_until")
+        values = {f.attname: getattr(self, f.attname) for f in map(self._meta.get_field, fields)}
+        if not kept.update(AgentRun, {"pk": self.pk, "lease_owner": self.lease_owner}, values):
+            raise LeaseLost(self.pk)
+        signals.saved(self, fields)  # as save() did: the dashboard's live view hears it
+
     @classmethod
     def stalled(cls, since):
         """Running runs no worker holds (its lease expired or was let go), untouched since."""
@@ -145,18 +168,38 @@ class AgentRun(models.Model):
             waiting_for__status__in=Ceremony.FINAL,
         ).select_related("waiting_for")
 
-    def end(self, status, *, result=None, error=None):
+    def end(self, status, *, result=None, error=None, leased=True):
         """Save the run as ended, with all it holds unsaved, unless it had ended already: an
         operator's cancel and a worker's finish may race, and whichever commits first stands.
         One conditional UPDATE of every column (`ending`): the loser waits on the row lock the
         winner's UPDATE took, then finds the row ended and changes nothing. False then, and the
-        run is read again as it stands."""
+        run is read again as it stands. A worker's end (`leased`) applies only while it holds
+        the lease (`ended_where`); an operator's cancel whoever holds it."""
+        where, exclude = self.ended_where(leased)
         values = self.ending(status, result=result, error=error)
-        if kept.update(AgentRun, {"pk": self.pk}, values, exclude={"status__in": self.FINAL}):
+        if kept.update(AgentRun, where, values, exclude=exclude):
             signals.saved(self)  # the dashboard's live view hears this save too
             return True
-        self.refresh_from_db()
+        self.read_again()
         return False
+
+    def read_again(self):
+        """The run as it stands, after an end that changed nothing. The copy holds no lease
+        then, whoever does: a stale worker's copy never takes up another worker's."""
+        self.refresh_from_db()
+        self.lease_owner, self.lease_until = "", None
+
+    def ended_where(self, leased=True):
+        """Which row `end` changes: the run unless it has ended; by a worker (`leased`), only
+        while the lease is this copy's, so a worker whose lease ran out ends nothing. An ended
+        run is nobody's (`ending`), so a holder's end needs no look at the status (and the
+        hand-off's end statement stays within psycopg's 50 values)."""
+        where, exclude = {"pk": self.pk}, {"status__in": self.FINAL}
+        if leased:
+            where["lease_owner"] = self.lease_owner
+            if self.lease_owner:
+                exclude = None
+        return where, exclude
 
     def ending(self, status, *, result=None, error=None):
         """The run as ended, unsaved: the value of every column a run changes, for `end`'s
