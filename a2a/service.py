@@ -11,7 +11,7 @@ from rest_framework import exceptions, status
 from a2a import bus
 from a2a.models import A2AMessage
 from a2a.schemas import A2AValidationError, validate
-from agents import runner
+from agents import ending
 from agents.models import Agent, AgentRun
 from mcplet_host import gateway, registry
 from mcplet_host.authority import Authority
@@ -168,7 +168,7 @@ def cancel(partner, message):
     """End the task as cancelled (its held call rejected); NotCancelable once it has ended."""
     run = AgentRun.objects.filter(request=message).first()
     if run is not None:
-        if not runner.cancel(run, f"Cancelled by the partner {partner.agent_id}."):
+        if not ending.cancel(run, f"Cancelled by the partner {partner.agent_id}."):
             raise NotCancelable()
     elif not A2AMessage.objects.filter(reply_to=message.message_id).exists():
         bus.respond(

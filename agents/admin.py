@@ -7,7 +7,7 @@ from django_celery_beat import admin as beat_admin
 from django_celery_beat.models import PeriodicTask
 
 from a2a import outbound
-from agents import runner
+from agents import ending
 from agents.forms import AgentForm
 from agents.models import Agent, AgentRun
 from mcplet_host.forms import FORM_FIELDS
@@ -202,7 +202,7 @@ class AgentRunAdmin(admin.ModelAdmin):
     )
     def cancel_runs(self, request, queryset):
         cancelled = sum(
-            runner.cancel(run, f"Cancelled by {request.user.get_username()}.") for run in queryset
+            ending.cancel(run, f"Cancelled by {request.user.get_username()}.") for run in queryset
         )
         self.message_user(
             request,

@@ -1,14 +1,16 @@
-"""A run's end (runner.finish) as one statement on PostgreSQL (mcplet_host.guarded): the run's
-conditional UPDATE, its task response, the request's `answered` mark, the audit event and the
-hand-off's request, where BEGIN … COMMIT took six or seven round trips. The run's UPDATE comes
-first and takes its row's lock: an operator's cancel racing it waits, or is waited for, and the
-loser changes nothing."""
+"""A run's end (`finish`, or an operator's `cancel`): on PostgreSQL one statement
+(mcplet_host.guarded): the run's conditional UPDATE, its task response, the request's
+`answered` mark, the audit event and the hand-off's request, where BEGIN … COMMIT took six or
+seven round trips. The run's UPDATE comes first and takes its row's lock: an operator's cancel
+racing it waits, or is waited for, and the loser changes nothing."""
 
+from django.db import transaction
 from django.db.models.constants import OnConflict
 
 from a2a import bus
 from a2a.models import A2AMessage
 from agents.models import AgentRun
+from held.models import Ceremony
 from mcplet_host import audit, guarded, metrics, signals
 
 
@@ -64,7 +66,7 @@ def hand_off_values(run, target):
 
 
 def in_one_statement(run, status, result, error):
-    """`runner.finish` in one statement: True, or False if the run had ended already (or is
+    """`finish` in one statement: True, or False if the run had ended already (or is
     no longer this worker's: `AgentRun.ended_where`). None
     where finish takes its general path: not on PostgreSQL, a run with no request to answer,
     or one that left a held call pending (its end rejects it). Only the run's worker ends it
@@ -107,3 +109,48 @@ def in_one_statement(run, status, result, error):
     if outcome.also is not None:
         bus.posted(outcome.also, hand_off=True)
     return True
+
+
+def finish(run, status, *, result=None, error=None):
+    """End the run, once: the one task response to its request, the audit event, and the
+    hand-off, in one transaction (one commit; what they publish goes out after it). An operator
+    may cancel a run while a worker still advances it; whichever ends it first stands, and the
+    other end changes nothing (returns False), as does a worker's whose lease ran out and another
+    worker took the run up (`AgentRun.ended_where`)."""
+    if (ended := in_one_statement(run, status, result, error)) is not None:
+        return ended
+    return _finish_in_transaction(run, status, result, error)
+
+
+def _finish_in_transaction(run, status, result, error, leased=True):
+    """`finish` as one transaction: the run's row locked by its UPDATE first, then what it
+    left pending looked for and rejected. `leased`: by the worker holding the run's lease."""
+    with transaction.atomic():
+        if not run.end(status, result=result, error=error, leased=leased):
+            return False
+        metrics.run_finished(status)
+        run.reject_pending_calls()
+        if run.request is not None:
+            bus.respond(run.request, status, **answer(run, status, error))
+        audit.record_many([finished_event(run, status, error)])
+        if (target := hands_off(run, status)) is not None:
+            bus.post_row(hand_off_values(run, target), hand_off=True)
+    return True
+
+
+def cancel(run, reason="Cancelled by an operator.", by=None):
+    """Cancel a run that has not finished; a held call it waits for is rejected (by the
+    operator `by`, who the audit names)."""
+    if run.is_final:
+        return False
+    # A worker may be holding a call for the run right now, after this copy of it was read:
+    # its end looks for pending calls whatever the copy says.
+    run.may_have_held = True
+    # One transaction: the rejected call's continuation runs after the run has ended, so it
+    # finds nothing left to do (it would otherwise end the run first, as a rejection). Its end
+    # locks the run's row before it looks for pending calls: a worker may hold one meanwhile.
+    with transaction.atomic():
+        if run.waiting_for is not None and not run.waiting_for.is_final:
+            run.waiting_for.decline(Ceremony.Status.REJECTED, by)
+        error = {"message": reason, "code": "X_CANCELLED"}
+        return _finish_in_transaction(run, AgentRun.Status.CANCELLED, None, error, leased=False)

@@ -52,7 +52,7 @@ class RemoteCall:
         self.run, self.agent = run, run.agent
 
     def outcome(self):
-        """How the run ends: (status, {"result", "error"}) for runner.finish."""
+        """How the run ends: (status, {"result", "error"}) for ending.finish."""
         run = self.run
         try:
             url = outbound.jsonrpc_url(self.agent.remote_card or self.agent.refresh_card())

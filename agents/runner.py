@@ -18,17 +18,17 @@ from contextlib import suppress
 
 import jsonschema
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from a2a import bus
-from agents import ending, llm, remote, transcript
+from agents import llm, remote, transcript
+from agents.ending import finish
 from agents.models import AgentRun, LeaseLost
 from agents.toolset import Toolset
 from held.kinds import result as held_result
 from held.models import Asker, Ceremony
-from mcplet_host import audit, gateway, kept, metrics, storable, tracing
+from mcplet_host import audit, gateway, kept, storable, tracing
 
 log = logging.getLogger(__name__)
 
@@ -460,48 +460,3 @@ def _dispatch_outcome(actions):
         return AgentRun.Status.ERROR, error
     rejected = any(e.get("code") == REJECTED_CODE for _, e in errors)
     return AgentRun.Status.CANCELLED if rejected else AgentRun.Status.TIMEOUT, error
-
-
-def finish(run, status, *, result=None, error=None):
-    """End the run, once: the one task response to its request, the audit event, and the
-    hand-off, in one transaction (one commit; what they publish goes out after it). An operator
-    may cancel a run while a worker still advances it; whichever ends it first stands, and the
-    other end changes nothing (returns False), as does a worker's whose lease ran out and another
-    worker took the run up (`AgentRun.ended_where`)."""
-    if (ended := ending.in_one_statement(run, status, result, error)) is not None:
-        return ended
-    return _finish_in_transaction(run, status, result, error)
-
-
-def _finish_in_transaction(run, status, result, error, leased=True):
-    """`finish` as one transaction: the run's row locked by its UPDATE first, then what it
-    left pending looked for and rejected. `leased`: by the worker holding the run's lease."""
-    with transaction.atomic():
-        if not run.end(status, result=result, error=error, leased=leased):
-            return False
-        metrics.run_finished(status)
-        run.reject_pending_calls()
-        if run.request is not None:
-            bus.respond(run.request, status, **ending.answer(run, status, error))
-        audit.record_many([ending.finished_event(run, status, error)])
-        if (target := ending.hands_off(run, status)) is not None:
-            bus.post_row(ending.hand_off_values(run, target), hand_off=True)
-    return True
-
-
-def cancel(run, reason="Cancelled by an operator.", by=None):
-    """Cancel a run that has not finished; a held call it waits for is rejected (by the
-    operator `by`, who the audit names)."""
-    if run.is_final:
-        return False
-    # A worker may be holding a call for the run right now, after this copy of it was read:
-    # its end looks for pending calls whatever the copy says.
-    run.may_have_held = True
-    # One transaction: the rejected call's continuation runs after the run has ended, so it
-    # finds nothing left to do (it would otherwise end the run first, as a rejection). Its end
-    # locks the run's row before it looks for pending calls: a worker may hold one meanwhile.
-    with transaction.atomic():
-        if run.waiting_for is not None and not run.waiting_for.is_final:
-            run.waiting_for.decline(Ceremony.Status.REJECTED, by)
-        error = {"message": reason, "code": "X_CANCELLED"}
-        return _finish_in_transaction(run, AgentRun.Status.CANCELLED, None, error, leased=False)

@@ -242,7 +242,7 @@ def print_breakdown(breakdown, title):
         ("  runner.start (request marked delivered + run INSERT: one statement)", get("start")),
         ("  runner.advance_started", get("advance")),
         ("    AgentRun.claim (UPDATE lease; a redelivery's only)", get("claim")),
-        ("    runner.finish (one statement on PostgreSQL, from the Echo handler)", get("finish")),
+        ("    ending.finish (one statement on PostgreSQL, from the Echo handler)", get("finish")),
         ("      the run's end (with all below, on PostgreSQL) and the rest", finish_rest),
         ("      bus.respond (finish's transaction: SQLite, a hand-off)", get("respond")),
         ("      audit.record_many (finish's transaction: SQLite, a hand-off)", get("audit")),

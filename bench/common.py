@@ -137,10 +137,10 @@ class Echo:
         self.run = run
 
     def advance(self):
-        from agents import runner
+        from agents import ending
         from agents.models import AgentRun
 
-        runner.finish(self.run, AgentRun.Status.SUCCESS, result={"echo": self.run.parameters})
+        ending.finish(self.run, AgentRun.Status.SUCCESS, result={"echo": self.run.parameters})
 
 
 class HeldEcho(Echo):

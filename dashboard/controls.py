@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from django.contrib import messages
 from django.db import transaction
 
-from agents import runner
+from agents import ending
 from agents.models import AgentRun
 from mcplet_host import audit
 from mcplet_host.celery import enqueue
@@ -111,7 +111,7 @@ def cancel_run(user, run):
             .get(pk=run.pk)
         )
         reason = f"Cancelled by {user.get_username()} from the dashboard."
-        cancelled = runner.cancel(run, reason, by=user)
+        cancelled = ending.cancel(run, reason, by=user)
         _record(user, "cancel_run", ok=cancelled, trace_id=run.context_id, details=details)
     if not cancelled:
         return Done(f"The run had already ended ({run.get_status_display()}).", messages.WARNING)

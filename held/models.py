@@ -218,7 +218,7 @@ class Ceremony(models.Model):
     continuation = models.CharField(
         max_length=200, blank=True, help_text="Celery task told (with this id) once it is final."
     )
-    # Indexed: a run's end looks for the calls it still holds by this prefix (runner.finish).
+    # Indexed: a run's end looks for the calls it still holds by this prefix (ending.finish).
     continuation_ref = models.CharField(max_length=100, blank=True, db_index=True)
     elicitations = models.JSONField(
         default=list,

@@ -83,7 +83,7 @@ class AgentRun(models.Model):
         Ceremony, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     # Set, and committed, before the run lets the gateway hold anything for a person: its end
-    # looks for calls it left pending only then (runner.finish).
+    # looks for calls it left pending only then (ending.finish).
     may_have_held = models.BooleanField(default=False, editable=False)
     lease_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=64, blank=True)

@@ -1,5 +1,5 @@
 """A run's end in one statement on PostgreSQL (agents/ending.py): the same rows, signals and
-audit chain as runner.finish's transaction, and the same answer to a race."""
+audit chain as ending.finish's transaction, and the same answer to a race."""
 
 import pytest
 from django.db import connection
@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
-from agents import runner
+from agents import ending, runner
 from agents.models import AgentRun
 from mcplet_host import audit
 from mcplet_host.celery import app
@@ -47,7 +47,7 @@ def ended(run, status, **outcome):
     signals.post_save.connect(receiver)
     try:
         with CaptureQueriesContext(connection) as captured:
-            done = runner.finish(run, status, **outcome)
+            done = ending.finish(run, status, **outcome)
     finally:
         signals.post_save.disconnect(receiver)
     return done, [q["sql"] for q in captured.captured_queries], heard
@@ -82,7 +82,7 @@ def test_a_run_ends_in_one_statement_with_its_response_mark_and_audit_event(star
 def test_an_ended_run_ends_no_second_time(hands_off):
     request, run = hands_off
     late = AgentRun.objects.get(pk=run.pk)
-    assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "first"}) is True
+    assert ending.finish(run, AgentRun.Status.ERROR, error={"message": "first"}) is True
 
     done, queries, heard = ended(late, AgentRun.Status.SUCCESS, result={"analysis": "late"})
 
@@ -155,7 +155,7 @@ def test_a_hand_offs_end_is_a_statement_psycopg_keeps_parsed(hands_off):
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"}) is True
+        assert ending.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"}) is True
     for sql, params in sent:
         assert len(params or ()) <= _queries.MAX_CACHED_STATEMENT_PARAMS, sql
         assert len(sql) <= _queries.MAX_CACHED_STATEMENT_LENGTH, sql
@@ -166,7 +166,7 @@ def test_an_end_leaves_what_the_run_was_created_with(started):
     created = AgentRun.objects.get(pk=run.pk)
     run.parameters, run.provenance = {"store": "elsewhere"}, {"partner": "someone-else"}
 
-    assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"}) is True
+    assert ending.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"}) is True
 
     read = AgentRun.objects.get(pk=run.pk)
     assert (read.status, read.result) == ("success", {"analysis": "rain"})

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
-from agents import runner
+from agents import ending, runner
 from agents.models import Agent, AgentRun
 from agents.tasks import deliver
 from mcplet_host import registry as kept_registry
@@ -73,7 +73,7 @@ def test_a_target_disabled_while_its_sender_ran_is_refused_at_its_delivery(chain
     Agent.objects.filter(agent_id="planning-agent").update(enabled=False)  # meanwhile
 
     app.conf.task_always_eager = True
-    assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+    assert ending.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
 
     assert_refused_at_its_delivery()
     assert calls() == []  # planning never ran: its server saw nothing

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
-from agents import runner
+from agents import ending, runner
 from agents.models import AgentRun
 from held.kinds import tool_call
 from held.models import Asker, Ceremony
@@ -119,7 +119,7 @@ def test_a_run_that_breaks_after_holding_a_call_rejects_it(
     held = run.waiting_for
     assert held.status == Ceremony.Status.PENDING
 
-    assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "broke"})
+    assert ending.finish(run, AgentRun.Status.ERROR, error={"message": "broke"})
 
     held.refresh_from_db()
     assert held.status == Ceremony.Status.REJECTED
@@ -160,7 +160,7 @@ def test_a_run_that_held_nothing_ends_without_looking(registry, director):
     request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
     run = runner.start(request, registry["info"])
     with CaptureQueriesContext(connection) as statements:
-        assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "ok"})
+        assert ending.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "ok"})
     assert not [q for q in statements.captured_queries if "passkey_ceremony" in q["sql"]]
 
     request = bus.send_task("director", "info-gathering-agent", {"store": "shinjuku"})
@@ -175,7 +175,7 @@ def test_a_run_that_held_nothing_ends_without_looking(registry, director):
     )
     assert not operators_copy.may_have_held
 
-    assert runner.cancel(operators_copy)
+    assert ending.cancel(operators_copy)
 
     held.refresh_from_db()
     assert held.status == Ceremony.Status.REJECTED
@@ -198,7 +198,7 @@ def test_a_run_that_breaks_after_holding_its_action_or_result_rejects_it(
     assert ceremony.status == Ceremony.Status.PENDING
     assert ceremony.continuation_ref == f"{run.pk}:{'action-0' if held == 'action' else 'result'}"
 
-    assert runner.finish(run, AgentRun.Status.ERROR, error={"message": "broke"})
+    assert ending.finish(run, AgentRun.Status.ERROR, error={"message": "broke"})
 
     ceremony.refresh_from_db()
     assert ceremony.status == Ceremony.Status.REJECTED

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from a2a import bus
 from a2a.models import A2AMessage
-from agents import runner
+from agents import ending, runner
 from agents.models import AgentRun
 from held.models import Ceremony
 from mcplet_host.celery import app
@@ -347,8 +347,8 @@ def test_a_run_cancelled_while_a_worker_advances_it_ends_once(handing_off):
     request, run = handing_off
     workers_copy = AgentRun.objects.get(pk=run.pk)
 
-    assert runner.cancel(run, "Cancelled by an operator.")
-    assert not runner.finish(workers_copy, AgentRun.Status.SUCCESS, result={"analysis": "late"})
+    assert ending.cancel(run, "Cancelled by an operator.")
+    assert not ending.finish(workers_copy, AgentRun.Status.SUCCESS, result={"analysis": "late"})
 
     run.refresh_from_db()
     assert run.status == AgentRun.Status.CANCELLED and run.result is None
@@ -356,7 +356,7 @@ def test_a_run_cancelled_while_a_worker_advances_it_ends_once(handing_off):
     assert response_to(request)["status"] == "cancelled"
     assert A2AMessage.objects.filter(sender_id="info-gathering-agent").count() == 1
     assert AuditEvent.objects.filter(event_type="agent.run.finished").count() == 1
-    assert not runner.cancel(run)
+    assert not ending.cancel(run)
 
 
 def test_a_cancel_from_a_copy_read_before_the_run_ended_changes_nothing(handing_off):
@@ -365,8 +365,8 @@ def test_a_cancel_from_a_copy_read_before_the_run_ended_changes_nothing(handing_
     request, run = handing_off
     operators_copy = AgentRun.objects.get(pk=run.pk)
 
-    assert runner.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
-    assert not runner.cancel(operators_copy, "Cancelled by an operator.")
+    assert ending.finish(run, AgentRun.Status.SUCCESS, result={"analysis": "rain"})
+    assert not ending.cancel(operators_copy, "Cancelled by an operator.")
 
     read = AgentRun.objects.get(pk=run.pk)
     assert (read.status, read.result) == (AgentRun.Status.SUCCESS, {"analysis": "rain"})
@@ -387,7 +387,7 @@ def test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing(registry, di
 
     def worker():
         try:
-            ended["worker"] = runner.finish(
+            ended["worker"] = ending.finish(
                 workers_copy, AgentRun.Status.SUCCESS, result={"analysis": "late"}
             )
         finally:
@@ -395,7 +395,7 @@ def test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing(registry, di
 
     thread = threading.Thread(target=worker)
     with transaction.atomic():
-        assert runner.cancel(run, "Cancelled by an operator.")
+        assert ending.cancel(run, "Cancelled by an operator.")
         thread.start()
         thread.join(1.0)
         assert thread.is_alive()  # waiting for the cancel's transaction

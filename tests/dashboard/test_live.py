@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 from redis.connection import parse_url
 
 import mcplet_host
-from agents import runner
+from agents import ending
 from agents.models import Agent, AgentRun
 from dashboard import receivers
 from held.kinds import result as held_result
@@ -86,7 +86,7 @@ def stream_reaches_staff(staff):
 
     def finish(run):  # the runner's own end, as a worker ends a run
         run.steps = 2
-        assert runner.finish(run, AgentRun.Status.SUCCESS, result={"answer": "ok"})
+        assert ending.finish(run, AgentRun.Status.SUCCESS, result={"answer": "ok"})
 
     def hold():
         return held_result.hold(

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from a2a import bus
-from agents import runner
+from agents import ending
 from agents.models import Agent, AgentRun
 from held import lifecycle
 from held.models import Ceremony
@@ -229,7 +229,7 @@ def test_an_approved_tool_call_never_approves_the_result(
             assert run.waiting_for.kind == Ceremony.Kind.RESULT and not run.waiting_for.is_final
             assert not AgentRun.objects.filter(agent__agent_id="report-agent").exists()
             with committed():
-                runner.cancel(run)
+                ending.cancel(run)
 
 
 def test_an_approved_tool_call_never_approves_an_action(
@@ -246,7 +246,7 @@ def test_an_approved_tool_call_never_approves_an_action(
             held(run, "send_email", EMAIL)
             assert "outcome" not in run.actions[0]
             with committed():
-                runner.cancel(run)
+                ending.cancel(run)
 
 
 def test_an_earlier_approval_never_covers_another_call(
@@ -267,7 +267,7 @@ def test_an_earlier_approval_never_covers_another_call(
                 run = play(dispatch, script, committed, [second_call])
             held(run, "approve_plan", again)
         with committed():
-            runner.cancel(run)
+            ending.cancel(run)
 
 
 # --- an approval that is no longer valid -------------------------------------------------------
@@ -281,7 +281,7 @@ def _decline(ceremony, how, admin_user):
     elif how == "overdue":  # past its time, not yet swept
         Ceremony.objects.filter(pk=ceremony.pk).update(expires_at=timezone.now() - timedelta(1))
     else:  # the run cancelled by an operator
-        runner.cancel(AgentRun.objects.get(waiting_for=ceremony))
+        ending.cancel(AgentRun.objects.get(waiting_for=ceremony))
 
 
 PLAN_CALL = {"tool_calls": [{"name": "approve_plan", "arguments": PLAN}]}
