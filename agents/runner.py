@@ -175,25 +175,9 @@ class Loop:
     def _think(self):
         """One LLM turn. False when the run ended."""
         run, agent = self.run, self.agent
-        if run.steps >= agent.max_steps:
-            finish(
-                run,
-                AgentRun.Status.PARTIAL,
-                error={
-                    "message": f"Stopped after {run.steps} LLM turns (the agent's step limit).",
-                    "code": "X_STEP_LIMIT",
-                },
-            )
-            return False
-        if run.total_tokens >= agent.token_budget:
-            finish(
-                run,
-                AgentRun.Status.PARTIAL,
-                error={
-                    "message": f"Stopped at {run.total_tokens} tokens (the agent's token budget).",
-                    "code": "X_TOKEN_BUDGET",
-                },
-            )
+        if stop := run.why_stop(agent):
+            status, error = stop
+            finish(run, status, error=error)
             return False
         tools = Toolset(run).specs()
         try:

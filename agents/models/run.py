@@ -11,7 +11,7 @@ from django.utils import timezone
 from a2a.models import A2AMessage
 from agents.models.agent import Agent
 from held.models import Ceremony
-from mcplet_host import kept, signals
+from mcplet_host import kept, registry, signals
 from mcplet_host.authority import Authority
 
 
@@ -135,6 +135,23 @@ class AgentRun(models.Model):
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_owner=owner))
             .update(lease_until=cls.lease_end(now), lease_owner=owner)
         )
+
+    def why_stop(self, agent):
+        """(status, error) when the run must stop before its next LLM turn, else None: its
+        agent disabled (or deleted) since, as the registry has it now (an operator's Disable
+        stops the work at its next step, its LLM's too), or its step limit or token budget
+        reached."""
+        holder = registry.current().holder(agent.agent_id)
+        if holder is None or not holder.enabled:
+            message = f"The agent {agent.agent_id} was disabled: its run stopped."
+            return self.Status.ERROR, {"message": message, "code": "X_ACCESS_DENIED"}
+        if self.steps >= agent.max_steps:
+            message = f"Stopped after {self.steps} LLM turns (the agent's step limit)."
+            return self.Status.PARTIAL, {"message": message, "code": "X_STEP_LIMIT"}
+        if self.total_tokens >= agent.token_budget:
+            message = f"Stopped at {self.total_tokens} tokens (the agent's token budget)."
+            return self.Status.PARTIAL, {"message": message, "code": "X_TOKEN_BUDGET"}
+        return None
 
     def keep(self, *fields):
         """Save `fields` mid-pass, and renew the lease with them, only while this copy's worker

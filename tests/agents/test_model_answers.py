@@ -7,9 +7,10 @@ import pytest
 
 from a2a import bus
 from agents.ending import LLM_FAILED
-from agents.models import AgentRun
+from agents.models import Agent, AgentRun
 from mcplet_host.authority import Authority
 from mcplet_host.models import AuditEvent
+from mcplet_host.signals import audit_recorded
 from tests.agents.openai_stub import openai_stub, text_response
 from tests.agents.test_runner import response_to, send
 
@@ -110,3 +111,34 @@ def test_an_answer_the_model_did_not_finish_is_not_handed_on_as_done(
     assert run.error["code"] == "X_LLM_INCOMPLETE"
     assert response_to(request)["status"] == status
     assert not AgentRun.objects.filter(agent__agent_id="planning-agent").exists()
+
+
+def test_an_agent_disabled_mid_run_stops_before_its_next_llm_turn(registry, director, script):
+    """An operator's Disable stops the agent's work at its next step: no further LLM turn
+    (its run ended success, and its hand-off was then refused as from an unknown sender)."""
+    info = registry["info"]
+    info.model = script(
+        {
+            "info-gathering-agent": [
+                {"tool_calls": [{"name": "query_crm", "arguments": {"filter": "rain"}}]},
+                {"json": {"analysis": "from a disabled agent"}},
+            ]
+        }
+    )
+    info.save()
+
+    def disable(sender, events, **kwargs):  # an operator, while the tool call ran
+        if any(e.event_type == "TOOL_EXECUTED" for e in events):
+            Agent.objects.filter(agent_id="info-gathering-agent").update(enabled=False)
+
+    audit_recorded.connect(disable, weak=False)
+    try:
+        request, run = send("info-gathering-agent")
+    finally:
+        audit_recorded.disconnect(disable)
+    assert (run.status, run.steps) == (AgentRun.Status.ERROR, 1)  # no second LLM turn
+    assert run.error == {
+        "message": "The agent info-gathering-agent was disabled: its run stopped.",
+        "code": "X_ACCESS_DENIED",
+    }
+    assert response_to(request)["status"] == "error"
