@@ -5,10 +5,42 @@ only recorded (the audit trail) is written out with `printable()` (issue 14)."""
 
 import json
 import math
+import unicodedata
+from itertools import groupby
 
 from django.core.exceptions import ValidationError
 
 MAX_DEPTH = 64  # far beyond any §18 payload or tool arguments, far below Python's recursion limit
+
+# Unicode categories shown as something else, or not at all: controls (a line break), format
+# characters (a right-to-left override, a zero-width space), line and paragraph separators,
+# private use and unassigned code points. The bidi controls (U+202A-U+202E, U+2066-U+2069,
+# U+200E/F, U+061C) are all format characters; they are named as well, to be sure.
+UNSEEN = frozenset({"Cc", "Cf", "Co", "Cn", "Zl", "Zp"})
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def unseen(character):
+    """Whether a person would not see `character` for what it is: it acts (a bidi control
+    reorders text), shows nothing (a zero-width space) or shows as something else."""
+    return character in BIDI_CONTROLS or unicodedata.category(character) in UNSEEN
+
+
+def token(character, count=1):
+    """How an unseen character reads instead: ⟨U+202E⟩, a run of them ⟨U+200B ×3000⟩."""
+    code = f"U+{ord(character):04X}"
+    return f"⟨{code} ×{count}⟩" if count > 1 else f"⟨{code}⟩"
+
+
+def marked(text, kept="\n\t"):
+    """`text` as plain text a person reads (an attribute, an option, a title): each run of an
+    unseen character but those `kept` as its `token`."""
+    return "".join(
+        token(c, len(list(run))) if c not in kept and unseen(c) else "".join(run)
+        for c, run in groupby(text)
+    )
 
 
 def text_problem(text):
@@ -91,3 +123,19 @@ def json_text(value):
     escapes; escaped only where it holds what UTF-8 cannot encode (a lone surrogate)."""
     text = json.dumps(value, ensure_ascii=False)
     return json.dumps(value) if text_problem(text) else text
+
+
+def shown_json(value, **options):
+    """`value` as JSON a person reads to approve it: like `json.dumps(ensure_ascii=False)`, but
+    every character `unseen` names (but the indent's line breaks) written as its `\\u` escape,
+    so the text cannot reorder or hide itself."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return "".join(_escaped(c) if c != "\n" and unseen(c) else c for c in text)
+
+
+def _escaped(character):
+    code = ord(character)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON writes the rest as a UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

@@ -6,7 +6,6 @@ change of a tool's status and every server connection change is audited.
 
 import hashlib
 import json
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -259,16 +258,10 @@ def classify(tool, pools):
     }
 
 
-# Unicode categories shown as something else, or not at all: controls (a line break), format
-# characters (a right-to-left override, a zero-width space), line and paragraph separators,
-# private use and unassigned code points.
-UNSEEN = {"Cc", "Cf", "Co", "Cn", "Zl", "Zp"}
-
-
 def _unseen_in(name):
     """The first character of `name` a person would not see for what it is, named, or ""."""
     for character in name:
-        if unicodedata.category(character) in UNSEEN:
+        if storable.unseen(character):
             return f"the character U+{ord(character):04X}"
     return ""
 
