@@ -5,6 +5,8 @@ properties), and the answer checked against that schema before it is sent."""
 import jsonschema
 from django import forms
 
+from mcplet_host import storable
+
 PRIMITIVES = {"string", "number", "integer", "boolean"}
 STRING_FORMATS = {"email": forms.EmailField, "uri": forms.URLField, "date": forms.DateField}
 
@@ -34,7 +36,7 @@ def _field(prop, required):
     common = {"required": required, "label": label, "help_text": prop.get("description", "")}
     kind = prop["type"]
     if isinstance(prop.get("enum"), list):
-        names = prop.get("enumNames") or prop["enum"]
+        names = [storable.marked(str(name)) for name in prop.get("enumNames") or prop["enum"]]
         return forms.ChoiceField(choices=list(zip(prop["enum"], names, strict=False)), **common)
     if kind == "boolean":
         return forms.BooleanField(**{**common, "required": False}, initial=prop.get("default"))

@@ -214,7 +214,7 @@ def _page(request, ceremony, can_approve, refusal=None):
         "has_passkey": PasskeyCredential.objects.active().filter(user=request.user).exists(),
         # Pairs, not the dict: a template would read an argument named "items" as the method.
         "arguments": list(arguments.items()),
-        "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+        "arguments_json": storable.shown_json(ceremony.arguments, indent=2),
         "host": _host(request),
         # Back here after registering: the host's link leads on to the live loopback page.
         "back": ceremony.get_absolute_url(),
@@ -348,7 +348,7 @@ def _step_up(request, ceremony):
         "held_again": None if state == "pending" else Ceremony.objects.held_again(ceremony),
         "steps": steps,
         "server_domain": server_domain,
-        "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+        "arguments_json": storable.shown_json(ceremony.arguments, indent=2),
     }
     return render(request, "passkey/step_up.html", context)
 
@@ -392,7 +392,7 @@ def _form_page(request, ceremony, form, status=200):
         "ceremony": ceremony,
         "state": _state(ceremony),
         "form": form,
-        "arguments_json": json.dumps(ceremony.arguments, indent=2, ensure_ascii=False),
+        "arguments_json": storable.shown_json(ceremony.arguments, indent=2),
     }
     return render(request, "passkey/form.html", context, status=status)
 

@@ -96,7 +96,10 @@ def test_a_second_run_again_while_one_waits_is_refused(unknown, calls, approver_
     rerun_page = approver_client.get(url(rerun)).content.decode()
     assert 'id="rerun-of"' in rerun_page and unknown.get_absolute_url() in rerun_page
     # What it runs, as the first attempt's page said: the tool, on its server.
-    tool = f"<code>{rerun.tool_name}</code> on the server <code>{rerun.server_name}</code>"
+    tool = (
+        f"<code><bdi>{rerun.tool_name}</bdi></code> on the server "
+        f"<code><bdi>{rerun.server_name}</bdi></code>"
+    )
     assert f'<dd id="tool">{tool}</dd>' in rerun_page
 
 
@@ -160,8 +163,8 @@ def run_again_and_approve(client, first, authenticator):
 
 
 def assert_names_the_partner(page):
-    assert 'id="partner">partner-bot</strong>' in page
-    assert 'id="chain">info-gathering-agent</span>' in page
+    assert 'id="partner"><bdi>partner-bot</bdi></strong>' in page
+    assert 'id="chain"><bdi>info-gathering-agent</bdi></span>' in page
 
 
 def rerun_events(rerun):

@@ -67,6 +67,6 @@ def test_a_wallet_on_another_port_of_the_servers_machine_is_elsewhere(held, appr
     ]
     Ceremony.objects.filter(pk=held.pk).update(kind=Ceremony.Kind.STEP_UP, elicitations=steps)
     page = approver_client.get(url(held)).content.decode()
-    assert '<p class="domain" id="domain-1">127.0.0.1:9000</p>' in page
+    assert '<p class="domain" id="domain-1"><bdi>127.0.0.1:9000</bdi></p>' in page
     assert 'id="elsewhere-0"' not in page
-    assert "not the server’s domain (127.0.0.1:8000)" in page
+    assert "not the server’s domain (<bdi>127.0.0.1:8000</bdi>)" in page
