@@ -12,6 +12,7 @@ from django.utils.html import escape
 from held.models import Ceremony
 from mcplet_host import storable
 from mcplet_host.gateway.envelopes import url_step
+from passkey import notify
 from passkey.forms import ElicitationForm
 from passkey.templatetags.passkey_tags import plain, readable, shown
 from tests.passkey.conftest import hold_email, url
@@ -145,3 +146,14 @@ def test_the_step_up_page_shows_the_servers_override(approver_client, registry):
     page = approver_client.get(url(ceremony) + "?open=0").content.decode()
     assert 'href="https://bank.example/%E2%80%AEnigol/"' in page  # what the browser opens
     assert not CONTROLS.search(page)
+
+
+@pytest.mark.django_db
+def test_the_approvers_email_shows_the_servers_override_as_text(registry, approver, mailoutbox):
+    ceremony = hold_email(registry, ARGUMENTS)
+    Ceremony.objects.filter(pk=ceremony.pk).update(prompt_message=f"Pay {RLO}moc.knab{PDF}")
+    ceremony.refresh_from_db()
+    notify.send_notice(ceremony, "https://host.example/")
+    (mail,) = mailoutbox
+    assert "Message: Pay ⟨U+202E⟩moc.knab⟨U+202C⟩\n" in mail.body
+    assert not CONTROLS.search(mail.body)
