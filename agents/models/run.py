@@ -139,10 +139,10 @@ class AgentRun(models.Model):
     def why_stop(self, agent):
         """(status, error) when the run must stop before its next LLM turn, else None: its
         agent disabled (or deleted) since, as the registry has it now (an operator's Disable
-        stops the work at its next step, its LLM's too), or its step limit or token budget
-        reached."""
-        holder = registry.current().holder(agent.agent_id)
-        if holder is None or not holder.enabled:
+        stops the work at its next step, its LLM's too; its first turn follows the delivery
+        that checked it), or its step limit or token budget reached."""
+        holder = registry.current().holder(agent.agent_id) if self.steps else None
+        if self.steps and (holder is None or not holder.enabled):
             message = f"The agent {agent.agent_id} was disabled: its run stopped."
             return self.Status.ERROR, {"message": message, "code": "X_ACCESS_DENIED"}
         if self.steps >= agent.max_steps:
