@@ -202,7 +202,8 @@ class AgentRunAdmin(admin.ModelAdmin):
     )
     def cancel_runs(self, request, queryset):
         cancelled = sum(
-            ending.cancel(run, f"Cancelled by {request.user.get_username()}.") for run in queryset
+            ending.cancel(run, f"Cancelled by {request.user.get_username()}.", by=request.user)
+            for run in queryset
         )
         self.message_user(
             request,
