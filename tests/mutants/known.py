@@ -276,8 +276,8 @@ BREAKS = [
     Break(
         "run-ends-twice",
         "agents/models/run.py",
-        r', exclude=\{"status__in": self\.FINAL\}',
-        "",
+        r'where, exclude = \{"pk": self\.pk\}, \{"status__in": self\.FINAL\}',
+        'where, exclude = {"pk": self.pk}, None',
         [
             "tests/agents/test_runner.py::test_a_run_cancelled_while_a_worker_advances_it_ends_once",
             "tests/agents/test_runner.py::"
@@ -288,8 +288,8 @@ BREAKS = [
     Break(
         "run-ends-twice-in-one-statement",
         "agents/ending.py",
-        r'\{"status__in": AgentRun\.FINAL\}',
-        "{}",
+        r"where, exclude = run\.ended_where\(\)",
+        'where, exclude = {"pk": run.pk}, None',
         [
             "tests/agents/test_runner.py::test_a_finish_racing_a_cancel_waits_for_it_then_changes_nothing",
             "tests/agents/test_ending.py::test_an_ended_run_ends_no_second_time",
@@ -307,7 +307,7 @@ BREAKS = [
     ),
     Break(
         "cancel-trusts-its-copy",
-        "agents/runner.py",
+        "agents/ending.py",
         r"^    run\.may_have_held = True\n",
         "",
         [LEASE + "test_a_run_that_held_nothing_ends_without_looking"],
