@@ -78,29 +78,31 @@ PWMA_ERRORS = {
     -32043: ("X_PWMA_UPSTREAM_ERROR", "an issuer or verifier failed", True, "external"),
     -32044: ("X_PWMA_VAULT_LOCKED", "the wallet's vault is locked", True, "security"),
 }
-# MGP §14.3's standard codes, as the §9.1 code an agent acts on: (code, MGP's name, category,
-# whether trying again later may help). The server's own `data._mgp` hints win.
+# MGP §14.3's standard codes, as the §9.1 code an agent acts on: (code, MGP's name, whether
+# trying again later may help); their category is their thousand (§14.2). The server's own
+# `data._mgp` hints win.
+MGP_CATEGORIES = {1: "security", 2: "lifecycle", 3: "resource", 4: "validation", 5: "external"}
 _ACCESS, _GONE, _BUSY = "X_ACCESS_DENIED", ErrorCode.NOT_FOUND, ErrorCode.SERVICE_UNAVAILABLE
 MGP_ERRORS = {
-    1000: (_ACCESS, "PERMISSION_DENIED", "security", False),
-    1001: (_ACCESS, "ACCESS_DENIED", "security", False),
-    1002: (ErrorCode.AUTH_REQUIRED, "AUTH_REQUIRED", "security", False),
-    1003: (ErrorCode.AUTH_FAILED, "AUTH_EXPIRED", "security", False),
-    1010: (_ACCESS, "VALIDATION_BLOCKED", "security", False),
-    1011: (_ACCESS, "CODE_SAFETY_VIOLATION", "security", False),
-    2000: (_BUSY, "SERVER_NOT_READY", "lifecycle", True),
-    2001: (_BUSY, "SERVER_DRAINING", "lifecycle", True),
-    2002: (_BUSY, "SERVER_RESTARTING", "lifecycle", True),
-    3000: (ErrorCode.RATE_LIMITED, "RATE_LIMITED", "resource", True),
-    3001: (_BUSY, "RESOURCE_EXHAUSTED", "resource", True),
-    3002: (ErrorCode.RATE_LIMITED, "QUOTA_EXCEEDED", "resource", False),
-    3003: (_BUSY, "TIMEOUT", "resource", True),
-    4000: (ErrorCode.VALIDATION_ERROR, "INVALID_TOOL_ARGS", "validation", False),
-    4001: (_GONE, "TOOL_NOT_FOUND", "validation", False),
-    4002: (_BUSY, "TOOL_DISABLED", "validation", False),
-    5000: (_BUSY, "UPSTREAM_ERROR", "external", True),
-    5001: (_BUSY, "UPSTREAM_TIMEOUT", "external", True),
-    5002: (_BUSY, "UPSTREAM_UNAVAILABLE", "external", True),
+    1000: (_ACCESS, "PERMISSION_DENIED", False),
+    1001: (_ACCESS, "ACCESS_DENIED", False),
+    1002: (ErrorCode.AUTH_REQUIRED, "AUTH_REQUIRED", False),
+    1003: (ErrorCode.AUTH_FAILED, "AUTH_EXPIRED", False),
+    1010: (_ACCESS, "VALIDATION_BLOCKED", False),
+    1011: (_ACCESS, "CODE_SAFETY_VIOLATION", False),
+    2000: (_BUSY, "SERVER_NOT_READY", True),
+    2001: (_BUSY, "SERVER_DRAINING", True),
+    2002: (_BUSY, "SERVER_RESTARTING", True),
+    3000: (ErrorCode.RATE_LIMITED, "RATE_LIMITED", True),
+    3001: (_BUSY, "RESOURCE_EXHAUSTED", True),
+    3002: (ErrorCode.RATE_LIMITED, "QUOTA_EXCEEDED", False),
+    3003: (_BUSY, "TIMEOUT", True),
+    4000: (ErrorCode.VALIDATION_ERROR, "INVALID_TOOL_ARGS", False),
+    4001: (_GONE, "TOOL_NOT_FOUND", False),
+    4002: (_BUSY, "TOOL_DISABLED", False),
+    5000: (_BUSY, "UPSTREAM_ERROR", True),
+    5001: (_BUSY, "UPSTREAM_TIMEOUT", True),
+    5002: (_BUSY, "UPSTREAM_UNAVAILABLE", True),
 }
 # The host's own codes a tools/call's envelope may carry, besides §9.1's (docs/metrics.md).
 OUTCOME_UNKNOWN = "X_OUTCOME_UNKNOWN"  # sent, and no answer: it may have run
@@ -127,8 +129,8 @@ def jsonrpc_error(mcplet, exc, told):
     unknown; the hints the server `told` (its `data._mgp`) win over the host's defaults."""
     hints = told
     if exc.code in MGP_ERRORS:
-        code, name, category, retryable = MGP_ERRORS[exc.code]
-        hints = {"retryable": retryable, "category": category, **told}
+        code, name, retryable = MGP_ERRORS[exc.code]
+        hints = {"retryable": retryable, "category": MGP_CATEGORIES[exc.code // 1000], **told}
         message = f"{exc.message} (MGP {exc.code}: {name})"
     elif exc.code in PWMA_ERRORS:
         code, meaning, retryable, category = PWMA_ERRORS[exc.code]
